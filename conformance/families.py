@@ -1,0 +1,80 @@
+"""Op families: coarse groups of OpInfo names, for the pass-rate-by-family chart."""
+
+from __future__ import annotations
+
+_PREFIX_FAMILIES = (
+    ("nn.functional.", "nn"),
+    ("linalg.", "linalg"),
+    ("fft.", "fft"),
+    ("special.", "special"),
+    ("signal.", "signal"),
+    ("masked.", "masked"),
+    ("sparse.", "sparse"),
+    ("_refs.", "refs"),
+    ("torch.ops.aten.", "aten"),
+)
+
+_NAMED_FAMILIES = {
+    "reduction": (
+        "sum nansum prod mean nanmean amax amin max min aminmax std var std_mean var_mean norm "
+        "logsumexp all any argmax argmin count_nonzero median nanmedian mode renorm dist"
+    ),
+    "scan": "cumsum cumprod cummax cummin logcumsumexp cumulative_trapezoid trapezoid trapz",
+    "matmul": (
+        "matmul mm bmm addmm addmv addbmm baddbmm addr mv dot vdot inner outer ger einsum "
+        "tensordot kron chain_matmul __rmatmul__ cross"
+    ),
+    "sort": "sort argsort msort topk kthvalue searchsorted bucketize unique unique_consecutive",
+    "indexing": (
+        "gather scatter scatter_add scatter_reduce index_select index_add index_copy index_fill "
+        "index_put index_reduce take take_along_dim masked_fill masked_scatter masked_select "
+        "where nonzero nonzero_static argwhere __getitem__ put diagonal_scatter select_scatter "
+        "slice_scatter as_strided_scatter"
+    ),
+    "shape": (
+        "reshape reshape_as view view_as permute transpose swapaxes swapdims t squeeze unsqueeze "
+        "expand expand_as flatten unflatten cat concat concatenate stack hstack vstack dstack "
+        "column_stack row_stack split split_with_sizes tensor_split hsplit vsplit dsplit chunk "
+        "unbind narrow narrow_copy select movedim moveaxis flip fliplr flipud roll rot90 repeat "
+        "tile repeat_interleave broadcast_to broadcast_tensors atleast_1d atleast_2d atleast_3d "
+        "diag diagonal diag_embed diagflat tril triu as_strided as_strided_copy contiguous clone "
+        "ravel block_diag meshgrid unfold unfold_copy view_copy T H mT mH pad constant_pad_nd "
+        "squeeze_copy"
+    ),
+    "factory": (
+        "arange linspace logspace zeros ones full eye empty empty_like zeros_like ones_like "
+        "full_like new_zeros new_ones new_full new_empty new_empty_strided empty_strided "
+        "empty_permuted scalar_tensor tril_indices triu_indices"
+    ),
+    "random": (
+        "bernoulli normal multinomial rand_like randn_like randint_like randint randn uniform "
+        "cauchy exponential geometric log_normal"
+    ),
+    "comparison": (
+        "eq ne lt le gt ge equal isclose allclose isnan isinf isfinite isposinf isneginf isreal "
+        "maximum minimum fmax fmin clamp_max clamp_min"
+    ),
+    "logical": (
+        "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
+        "bitwise_not bitwise_left_shift bitwise_right_shift __and__ __or__ __xor__"
+    ),
+    "conversion": (
+        "to type_as double float half bfloat16 int long short bool byte char cdouble cfloat "
+        "chalf view_as_real view_as_complex"
+    ),
+}
+
+_BY_NAME = {name: family for family, names in _NAMED_FAMILIES.items() for name in names.split()}
+
+
+def op_family(op_name: str) -> str:
+    """Family of a case's op name (``name``, ``name.variant`` or the in-place ``name_``)."""
+    for prefix, family in _PREFIX_FAMILIES:
+        if op_name.startswith(prefix):
+            return family
+    base = op_name.split(".", 1)[0]
+    if base.endswith("_") and not base.endswith("__"):
+        base = base[:-1]
+    if base in _BY_NAME:
+        return _BY_NAME[base]
+    return "elementwise"

@@ -1,0 +1,186 @@
+"""Running cases in a persistent child process, so a crash or a hang costs one case.
+
+A segfault or abort in torch or onnxruntime kills only the child: the parent (the pytest worker)
+sees the pipe close, records the case as ``crash`` at the last stage the child announced, and
+starts a fresh child for the next case. A case that overruns its deadline gets the child killed
+and is recorded as ``timeout``. The child is started with ``spawn`` (a clean interpreter, no
+forked torch state) and reused across cases, so its imports are paid once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: How long a fresh child may take to import torch and get ready (not counted in a case's time).
+STARTUP_TIMEOUT_S = 300.0
+#: Fresh child after this many cases, to bound memory that torch and onnxruntime never return.
+CASES_PER_CHILD = 400
+
+
+@dataclasses.dataclass
+class ChildResult:
+    status: str  # "done", "crash", "timeout", or "error" (a bug in the harness itself)
+    outcome: dict[str, Any] | None = None  # CaseOutcome.to_dict() when done
+    stage: str | None = None  # the last announced stage
+    detail: str = ""
+
+
+class CaseChild:
+    """One persistent child process that runs cases on request."""
+
+    def __init__(self) -> None:
+        self._process = None
+        self._conn = None
+        self._cases_run = 0
+
+    def run(
+        self,
+        case_id: str,
+        scratch: Path,
+        timeout_s: float,
+        tolerances_path: str | None = None,
+        on_stage=lambda stage: None,
+    ) -> ChildResult:
+        if self._process is None or self._cases_run >= CASES_PER_CHILD:
+            self._restart()
+        request = ("case", case_id, str(scratch), tolerances_path)
+        try:
+            self._conn.send(request)
+        except OSError:  # the idle child died since the last case: start another
+            self._restart()
+            self._conn.send(request)
+        self._cases_run += 1
+        deadline = time.monotonic() + timeout_s
+        stage = "export"
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                ready = self._conn.poll(max(remaining, 0))
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                self.kill()
+                return ChildResult(
+                    "timeout", stage=stage, detail=f"no result after {timeout_s:g} s"
+                )
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                return ChildResult("crash", stage=stage, detail=self._death_note())
+            kind, payload = message
+            if kind == "stage":
+                stage = payload
+                on_stage(stage)
+            elif kind == "done":
+                return ChildResult("done", outcome=payload, stage=stage)
+            elif kind == "error":
+                return ChildResult("error", stage=stage, detail=payload)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        if self._process is not None:
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+        self._process = self._conn = None
+
+    def _restart(self) -> None:
+        self.close()
+        context = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = context.Pipe()
+        process = context.Process(
+            target=child_main, args=(child_conn,), name="conformance-case-child", daemon=True
+        )
+        process.start()
+        child_conn.close()
+        if not parent_conn.poll(STARTUP_TIMEOUT_S):
+            process.kill()
+            raise RuntimeError(f"the case child did not start within {STARTUP_TIMEOUT_S:g} s")
+        try:
+            parent_conn.recv()  # "ready"
+        except EOFError:
+            process.join()
+            raise RuntimeError(
+                f"the case child died while starting (exit code {process.exitcode})"
+            ) from None
+        self._process, self._conn, self._cases_run = process, parent_conn, 0
+
+    def kill(self) -> None:
+        """Stop the child at once (it may be stuck); the next case starts a fresh one."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.join()
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    def _death_note(self) -> str:
+        process = self._process
+        self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if process is None:
+            return "the case child died"
+        process.join(timeout=10)
+        code = process.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the case child died from {name}"
+        return f"the case child exited with code {code}"
+
+
+def child_main(conn) -> None:
+    """Child loop: receive case ids, run them, send stage announcements and the outcome."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(1)
+    from conformance.cases import parse_case_id
+    from conformance.runner import run_op_case
+
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        _, case_id, scratch, tolerances_path = request
+        try:
+            if case_id.startswith("model::"):
+                from conformance.models_runner import run_model_case
+
+                outcome = run_model_case(
+                    case_id, Path(scratch), announce=lambda stage: conn.send(("stage", stage))
+                )
+            else:
+                outcome = run_op_case(
+                    parse_case_id(case_id),
+                    Path(scratch),
+                    announce=lambda stage: conn.send(("stage", stage)),
+                    tolerances_path=tolerances_path,
+                )
+        except BaseException:  # noqa: BLE001 - reported to the parent, which decides
+            conn.send(("error", traceback.format_exc()))
+            continue
+        conn.send(("done", outcome.to_dict()))

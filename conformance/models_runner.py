@@ -1,0 +1,318 @@
+"""Running one model case: build -> eager -> vacuity -> export -> onnx.checker -> session ->
+run -> compare, and for dynamic cases the run and compare again at the case's second inputs.
+
+``run_model_case`` never raises for a failure of the thing under test: every outcome comes back
+as a ``ModelOutcome``. It announces each stage before entering it, so that a parent process can
+attribute a crash or a hang. A case whose eager outputs are near-constant (``model_zoo.vacuity``)
+that would otherwise pass is ``vacuous``: a comparison against them proves nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conformance.models_cases import ModelCaseId, find_case, parse_model_id
+from conformance.runner import CaseOutcome, error_text, signature_of
+
+#: Vacuity descriptions kept in a row, at most (decoder caches have dozens of outputs).
+MAX_DESCRIBED_OUTPUTS = 8
+
+
+@dataclasses.dataclass
+class ModelOutcome(CaseOutcome):
+    latency_ms: float | None = None
+
+
+class StageFailed(Exception):
+    def __init__(self, stage: str, error: BaseException | str):
+        super().__init__(stage)
+        self.stage = stage
+        self.error = error
+
+
+class ModelSetupError(RuntimeError):
+    """The zoo case itself failed (build or eager run): a bug in the case, not the exporter."""
+
+
+def run_model_case(
+    case_id: str, scratch: Path, *, announce: Callable[[str], None] = lambda stage: None
+) -> ModelOutcome:
+    """Run one model case, writing its artifacts into ``scratch`` (replaced)."""
+    key = parse_model_id(case_id)
+    _quiet_torch_logs()
+    outcome = ModelOutcome(status="pass")
+    cpu_started = time.process_time()
+    try:
+        _run(key, scratch, announce, outcome)
+    except StageFailed as failure:
+        outcome.status = "fail"
+        outcome.stage = failure.stage
+        outcome.error = error_text(failure.error)
+        outcome.error_signature = signature_of(failure.error)
+        if isinstance(failure.error, ModelSetupError):
+            outcome.error_signature = f"ModelSetupError: {outcome.error_signature}"
+    finally:
+        _release_memory()
+    if outcome.status == "pass" and outcome.extra.get("vacuous"):
+        outcome.status = "vacuous"
+        outcome.stage = "compare"
+        outcome.error = (
+            "eager outputs are near-constant, so matching them proves nothing: "
+            + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
+        )
+        outcome.error_signature = "vacuous: near-constant eager outputs"
+    outcome.extra["cpu_s"] = round(time.process_time() - cpu_started, 4)
+    return outcome
+
+
+def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> None:
+    import onnx
+    import torch
+
+    from conformance import models_io
+    from conformance.models_compare import DEFAULT_TOLERANCES, compare_model_outputs
+    from conformance.models_exporters import export_model
+    from conformance.models_repro import write_model_artifacts
+    from conformance.models_session import ModelSession
+    from model_zoo import vacuity
+
+    case = find_case(key.model)
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    try:
+        module, args, kwargs = case.build()
+        second = case.second_inputs(args, kwargs) if key.dynamic else None
+    except Exception as exc:
+        raise StageFailed("export", _setup_error("building the model case", exc)) from exc
+    if key.dtype == "f16":
+        module = module.to(torch.float16)
+        args, kwargs = models_io.cast_floats((args, kwargs), torch.float16)
+        if second is not None:
+            second = models_io.cast_floats(second, torch.float16)
+    expected = _eager(module, args, kwargs, "the example inputs")
+    expected2 = _eager(module, *second, "the second inputs") if second is not None else None
+    outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
+
+    override = case.tolerance(key.dtype)
+    if override is not None:
+        rtol, atol = override.rtol, override.atol
+        outcome.extra["tolerance_source"] = f"model_zoo/tolerances.toml: {override.reason}"
+    else:
+        rtol, atol = DEFAULT_TOLERANCES[key.dtype]
+        outcome.extra["tolerance_source"] = "default"
+    outcome.rtol, outcome.atol = rtol, atol
+
+    if vacuity.is_vacuous(expected) or (expected2 is not None and vacuity.is_vacuous(expected2)):
+        outcome.extra["vacuous"] = True
+        described = [
+            d for outs in (expected, expected2) if outs is not None for d in _vacuity(outs)
+        ]
+        outcome.extra["vacuity"] = described[:MAX_DESCRIBED_OUTPUTS]
+
+    dynamic_shapes = case.dynamic_shapes if key.dynamic else None
+    inputs = models_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
+    feeds = models_io.feeds(inputs)
+    expected_np = [models_io.to_numpy(t) for t in models_io.flat_outputs(expected)]
+    feeds2 = expected2_np = None
+    if second is not None:
+        inputs2 = models_io.flat_inputs(module, *second, case.dynamic_shapes)
+        feeds2 = models_io.feeds(inputs2)
+        expected2_np = [models_io.to_numpy(t) for t in models_io.flat_outputs(expected2)]
+        outcome.extra["second_inputs"] = models_io.shapes_text(feeds2)
+    # Inputs and expected outputs go to disk before the export, so that even an export that
+    # kills the process leaves them behind for the repro directory.
+    write_model_artifacts(
+        scratch,
+        meta={
+            "id": key.id,
+            "model": key.model,
+            "provider": key.provider,
+            "rtol": rtol,
+            "atol": atol,
+            "rule": "max abs error <= atol + rtol * max|expected|, per output",
+            "dynamic_axes": models_io.dynamic_axes(inputs) if key.dynamic else {},
+        },
+        feeds=feeds,
+        expected=expected_np,
+        feeds2=feeds2,
+        expected2=expected2_np,
+    )
+
+    announce("export")
+    path = scratch / "model.onnx"
+    table = (
+        case.custom_translation_table_factory() if case.custom_translation_table_factory else None
+    )
+    if case.capture and key.exporter == "ours":
+        outcome.extra["capture"] = case.capture
+    started = time.perf_counter()
+    try:
+        export_model(
+            key.exporter,
+            module,
+            models_io.clone_tree(args),
+            models_io.clone_tree(kwargs),
+            inputs=inputs,
+            dynamic_shapes=dynamic_shapes,
+            opset=key.opset,
+            optimize=key.optimize,
+            path=path,
+            custom_translation_table=table,
+            capture=case.capture if key.exporter == "ours" else None,
+        )
+    except Exception as exc:
+        raise StageFailed("export", exc) from exc
+    finally:
+        outcome.export_s = time.perf_counter() - started
+    header = onnx.load(str(path), load_external_data=False)
+    outcome.node_count = len(header.graph.node)
+    outcome.extra["model_opset"] = next(
+        (o.version for o in header.opset_import if o.domain in ("", "ai.onnx")), None
+    )
+    del header
+
+    announce("checker")
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:
+        raise StageFailed("checker", exc) from exc
+
+    announce("load")
+    started = time.perf_counter()
+    try:
+        session = ModelSession(path, key.provider)
+    except Exception as exc:
+        raise StageFailed("load", exc) from exc
+    outcome.session_create_s = time.perf_counter() - started
+
+    announce("run")
+    missing = session.missing_inputs(feeds)
+    if missing:
+        raise StageFailed(
+            "run",
+            f"the ONNX model declares inputs {missing} that are not among the model's "
+            f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
+        )
+    started = time.perf_counter()
+    try:
+        actual = session.run(feeds)
+    except Exception as exc:
+        raise StageFailed("run", exc) from exc
+    outcome.run_s = time.perf_counter() - started
+    try:
+        outcome.latency_ms = session.latency_ms(feeds)
+    except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
+        outcome.extra["latency_error"] = error_text(exc)
+
+    announce("compare")
+    result = compare_model_outputs(
+        expected_np, actual, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+    )
+    _record(outcome, result)
+    if not result.ok:
+        raise StageFailed("compare", result.message)
+
+    if second is None:
+        return
+    announce("second-shape")
+    specialised = [
+        f"{item.name} dim {dim} ('{axis}') fixed to {session.input_shapes[item.name][dim]}"
+        for item in inputs
+        if item.name in session.input_shapes
+        for dim, axis in item.axes.items()
+        if dim < len(session.input_shapes[item.name])
+        and isinstance(session.input_shapes[item.name][dim], int)
+    ]
+    if specialised:
+        outcome.extra["specialised_dims"] = specialised
+        raise StageFailed(
+            "second-shape",
+            "export specialised dimension(s) asked to be dynamic: "
+            + "; ".join(specialised)
+            + f"; the second inputs are {models_io.shapes_text(feeds2)}",
+        )
+    started = time.perf_counter()
+    try:
+        actual2 = session.run(feeds2)
+    except Exception as exc:
+        raise StageFailed("second-shape", exc) from exc
+    outcome.run_s += time.perf_counter() - started
+    result2 = compare_model_outputs(
+        expected2_np, actual2, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+    )
+    _record(outcome, result2)
+    if not result2.ok:
+        raise StageFailed(
+            "second-shape",
+            f"{result2.message} (second inputs: {models_io.shapes_text(feeds2)})",
+        )
+
+
+def _record(outcome: ModelOutcome, result) -> None:
+    from conformance.models_compare import _max
+
+    outcome.max_abs = _max(outcome.max_abs, result.max_abs)
+    outcome.max_rel = _max(outcome.max_rel, result.max_rel)
+    scale = _max(outcome.extra.get("max_rel_scale"), result.max_rel_scale)
+    if scale is not None:
+        outcome.extra["max_rel_scale"] = scale
+
+
+def _eager(module, args: tuple, kwargs: dict, what: str) -> Any:
+    """Eager outputs on a copy of the module and of the inputs: a model that mutates buffers or
+    its inputs must not change what the exporter sees."""
+    import torch
+
+    from conformance.models_io import clone_tree
+
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            return copy.deepcopy(module)(*clone_tree(args), **clone_tree(kwargs))
+    except Exception as exc:
+        raise StageFailed("export", _setup_error(f"running eager at {what}", exc)) from exc
+
+
+def _setup_error(what: str, exc: BaseException) -> ModelSetupError:
+    error = ModelSetupError(f"the model case failed {what}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _vacuity(outputs: Any) -> list[dict[str, Any]]:
+    from model_zoo import vacuity
+
+    return vacuity.describe(outputs)
+
+
+def _describe_line(entry: dict[str, Any]) -> str:
+    scale, spread = entry.get("scale"), entry.get("spread")
+    numbers = f" scale {scale:.3g}, spread {spread:.3g}" if scale is not None else ""
+    return f"output{entry['path']} {entry['dtype']}{list(entry['shape'])}{numbers}"
+
+
+def _quiet_torch_logs() -> None:
+    """torch.export logs every failed guard at ERROR level with a long stack; the row already
+    records the error, and the log would flood the terminal of a run over many models."""
+    import logging
+
+    import torch
+
+    torch._logging.set_logs(all=logging.CRITICAL)
+
+
+def _release_memory() -> None:
+    """Models are big and the child is reused: drop compiled-graph caches between cases."""
+    try:
+        import torch
+
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001, S110 - best effort
+        pass
+    gc.collect()

@@ -1,0 +1,637 @@
+"""pytest plugin of the conformance suite: options, case collection, sharding, resume,
+expectations, one result row per case, JUnit properties.
+
+Collection turns the options into one pytest item per case (``op_case`` parameter of
+``test_ops.py``). Running an item goes through ``CaseRuntime.run_op_case``: the case runs in a
+persistent child process (see ``isolation.py``), its outcome is judged against the exporter's
+expectations file, a row is appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not
+pass, the repro directory is kept. Controller-side hooks add global JUnit properties, turn a
+crashed worker into a ``crash`` row, and write ``--update-expectations`` proposals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import expectations as expectations_mod
+from conformance import planted as planted_cases
+from conformance.cases import (
+    DTYPES,
+    EXPORTERS,
+    PROVIDERS,
+    SHAPES,
+    OpCase,
+    in_shard,
+    parse_case_id,
+    parse_shard,
+)
+from conformance.families import op_family
+
+DEFAULT_OPSET = 20
+DEFAULT_CASE_TIMEOUT_S = 120.0
+#: pytest-timeout backstop beyond the case deadline: covers starting a fresh child.
+BACKSTOP_SLACK_S = 120.0
+EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
+ROW_STATUSES_WITH_REPRO = ("fail", "xfail", "crash", "timeout")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    opsets: tuple[int, ...]
+    providers: tuple[str, ...]
+    exporters: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    shapes: tuple[str, ...]
+    samples: int | None  # None: all
+    ops: tuple[str, ...] | None
+    tier: str
+    shard: tuple[int, int] | None
+    results: Path
+    resume: bool
+    update_expectations: bool
+    case_timeout: float
+    planted: tuple[str, ...]
+    expectations_dir: Path
+    isolation: str
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.results / ".cache"
+
+
+_OPTIONS_KEY = pytest.StashKey[Options]()
+
+
+# --------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "torch-onnx-conformance suite")
+    group.addoption(
+        "--opset",
+        action="append",
+        type=int,
+        help=f"ONNX opset (repeatable; default {DEFAULT_OPSET})",
+    )
+    group.addoption(
+        "--provider", action="append", choices=PROVIDERS, help="runtime (repeatable; default cpu)"
+    )
+    group.addoption(
+        "--exporter", action="append", choices=EXPORTERS, help="exporter (repeatable; default ours)"
+    )
+    group.addoption(
+        "--dtype", action="append", choices=DTYPES, help="case dtype (repeatable; default f32)"
+    )
+    group.addoption(
+        "--shapes", action="append", choices=SHAPES, help="shape mode (repeatable; default both)"
+    )
+    group.addoption(
+        "--samples",
+        default=None,
+        help="samples per op: a number or 'all' (default: a few, chosen for variety)",
+    )
+    group.addoption("--ops", action="append", help="glob over op names (repeatable)")
+    group.addoption(
+        "--tier", choices=("smoke", "default", "full"), default="default", help="model tier"
+    )
+    group.addoption("--shard", default=None, help="run shard i of N, as 'i/N' with 0 <= i < N")
+    group.addoption("--results", default="results", help="directory for result rows and repros")
+    group.addoption(
+        "--resume", action="store_true", help="skip cases that already have a result row"
+    )
+    group.addoption(
+        "--update-expectations",
+        action="store_true",
+        help="write expectations/<exporter>.proposed.toml from this run's rows",
+    )
+    group.addoption(
+        "--case-timeout",
+        type=float,
+        default=DEFAULT_CASE_TIMEOUT_S,
+        help=f"seconds one case may take (default {DEFAULT_CASE_TIMEOUT_S:g})",
+    )
+    # For the harness's own tests: planted faulty cases, another expectations directory, and
+    # running cases in the pytest process (for debuggers) instead of the isolating child.
+    group.addoption("--planted", action="append", help=argparse.SUPPRESS)
+    group.addoption("--expectations-dir", default=None, help=argparse.SUPPRESS)
+    group.addoption(
+        "--isolation", choices=("child", "none"), default="child", help=argparse.SUPPRESS
+    )
+    from conformance import models_plugin
+
+    models_plugin.add_options(group)
+
+
+def _parse_options(config: pytest.Config) -> Options:
+    get = config.getoption
+    samples_text = get("samples")
+    if samples_text is None:
+        samples = -1  # the default choice, resolved per op (in-place variants take fewer)
+    elif str(samples_text).lower() == "all":
+        samples = None
+    else:
+        try:
+            samples = int(samples_text)
+        except ValueError:
+            raise pytest.UsageError(
+                f"--samples expects a number or 'all', got {samples_text!r}"
+            ) from None
+        if samples < 1:
+            raise pytest.UsageError("--samples must be at least 1 (or 'all')")
+    shard = None
+    if get("shard"):
+        try:
+            shard = parse_shard(get("shard"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    opsets = tuple(dict.fromkeys(get("opset") or [DEFAULT_OPSET]))
+    for opset in opsets:
+        if not 7 <= opset <= 30:
+            raise pytest.UsageError(f"--opset {opset}: expected an ONNX opset between 7 and 30")
+    if get("case_timeout") <= 0:
+        raise pytest.UsageError("--case-timeout must be positive")
+    try:
+        planted = tuple(planted_cases.check_names(get("planted") or []))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--planted: {exc}") from None
+    providers = tuple(dict.fromkeys(get("provider") or ["cpu"]))
+    return Options(
+        opsets=opsets,
+        providers=providers,
+        exporters=tuple(dict.fromkeys(get("exporter") or ["ours"])),
+        dtypes=tuple(dict.fromkeys(get("dtype") or ["f32"])),
+        shapes=tuple(dict.fromkeys(get("shapes") or SHAPES)),
+        samples=samples,
+        ops=tuple(get("ops")) if get("ops") else None,
+        tier=get("tier"),
+        shard=shard,
+        results=Path(get("results")),
+        resume=get("resume"),
+        update_expectations=get("update_expectations"),
+        case_timeout=get("case_timeout"),
+        planted=planted,
+        expectations_dir=Path(get("expectations_dir") or EXPECTATIONS_DIR),
+        isolation=get("isolation"),
+    )
+
+
+def get_options(config: pytest.Config) -> Options:
+    return config.stash[_OPTIONS_KEY]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    options = _parse_options(config)
+    config.stash[_OPTIONS_KEY] = options
+    if "cuda" in options.providers and not _is_worker(config):
+        from conformance.providers import cuda_available
+
+        if not cuda_available():
+            raise pytest.UsageError(
+                "--provider cuda: onnxruntime has no CUDAExecutionProvider here. Install the "
+                "GPU build (pip install '.[cuda]') on a machine with a GPU, or drop the option."
+            )
+    for exporter in options.exporters:
+        # Parse every expectations file up front: a typo there is a usage error, not N failures.
+        try:
+            expectations_mod.load_expectations(options.expectations_dir / f"{exporter}.toml")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    from conformance import models_plugin
+
+    models_plugin.configure(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    o = get_options(config)
+    samples = "default" if o.samples == -1 else ("all" if o.samples is None else o.samples)
+    return [
+        f"conformance: exporters={','.join(o.exporters)} dtypes={','.join(o.dtypes)} "
+        f"shapes={','.join(o.shapes)} opsets={','.join(map(str, o.opsets))} "
+        f"providers={','.join(o.providers)} samples={samples} results={o.results}"
+        + (f" shard={o.shard[0]}/{o.shard[1]}" if o.shard else "")
+    ]
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def worker_id() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+# --------------------------------------------------------------------------- collection
+
+#: (op, dtype, sample index) -> sample facts, filled at collection, read when judging skips.
+_SAMPLE_FACTS: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+
+def collect_op_cases(options: Options) -> list[OpCase]:
+    """Every op case the options select, in a stable order, sharded."""
+    from conformance import opinfo_cases
+
+    axes = [
+        (shapes, opset, provider, exporter)
+        for shapes in options.shapes
+        for opset in options.opsets
+        for provider in options.providers
+        for exporter in options.exporters
+    ]
+    cases = []
+    if options.planted:
+        for name in options.planted:
+            for shapes, opset, provider, exporter in axes:
+                cases.append(
+                    OpCase(planted_cases.PREFIX + name, 0, "f32", shapes, opset, provider, exporter)
+                )
+    else:
+        matched = 0
+        for dtype in options.dtypes:
+            ops = opinfo_cases.load_manifest(options.cache_dir, dtype, options.ops)
+            matched += len(ops)
+            for op in ops:
+                if op.error:
+                    warnings.warn(
+                        f"conformance: {op.op} ({dtype}) has no samples: {op.error}", stacklevel=2
+                    )
+                    continue
+                limit = options.samples
+                if limit == -1:
+                    limit = (
+                        opinfo_cases.DEFAULT_INPLACE_SAMPLES
+                        if op.inplace
+                        else opinfo_cases.DEFAULT_SAMPLES
+                    )
+                by_index = {f["index"]: f for f in op.samples}
+                for index in opinfo_cases.select_samples(op.samples, limit, inplace=op.inplace):
+                    _SAMPLE_FACTS[(op.op, dtype, index)] = by_index[index]
+                    for shapes, opset, provider, exporter in axes:
+                        cases.append(OpCase(op.op, index, dtype, shapes, opset, provider, exporter))
+        if options.ops and not matched:
+            raise pytest.UsageError(
+                f"--ops {' '.join(options.ops)}: no OpInfo supporting {', '.join(options.dtypes)} "
+                "has a matching name. Names look like 'abs', 'nn.functional.conv2d', "
+                "'div.trunc_rounding' (name.variant) or 'add_' (in-place); globs are fnmatch."
+            )
+    return [case for case in cases if in_shard(case.id, options.shard)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "op_case" not in metafunc.fixturenames:
+        return
+    cases = collect_op_cases(get_options(metafunc.config))
+    metafunc.parametrize("op_case", cases, ids=[case.id for case in cases])
+
+
+def case_id_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for value in callspec.params.values():
+        case_id = getattr(value, "id", None)
+        if isinstance(case_id, str) and case_id.startswith(("op::", "model::")):
+            return case_id
+    return None
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    options = get_options(config)
+    if options.resume:
+        from reports.rows import finished_ids
+
+        done = finished_ids([options.results])
+        keep, drop = [], []
+        for item in items:
+            (drop if case_id_of(item) in done else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    backstop = options.case_timeout + (BACKSTOP_SLACK_S if options.isolation == "child" else 0)
+    for item in items:
+        # Model cases get their own, longer deadline (models_plugin).
+        if (case_id_of(item) or "").startswith("op::"):
+            item.add_marker(pytest.mark.timeout(backstop))
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in ("torch", "onnx", "onnxruntime", "onnxscript", "onnx-ir", "numpy"):
+        try:
+            found[dist.replace("-", "_")] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist.replace("-", "_")] = "missing"
+    return found
+
+
+class CaseRuntime:
+    """Per-worker state: the isolating child, loaded expectations, the rows file."""
+
+    def __init__(self, options: Options):
+        from conformance.isolation import CaseChild
+
+        self.options = options
+        self.worker = worker_id()
+        self.rows_path = options.results / f"{self.worker}.jsonl"
+        self.scratch = options.results / ".scratch" / self.worker / "current"
+        self.inflight = options.results / ".inflight" / f"{self.worker}.json"
+        self.child = CaseChild()
+        self.versions = versions()
+        self._expectations: dict[str, list] = {}
+
+    def close(self) -> None:
+        self.child.close()
+
+    def expectations(self, exporter: str) -> list:
+        if exporter not in self._expectations:
+            path = self.options.expectations_dir / f"{exporter}.toml"
+            self._expectations[exporter] = expectations_mod.load_expectations(path)
+        return self._expectations[exporter]
+
+    def run_op_case(self, case: OpCase, record_property) -> None:
+        facts = expectations_mod.case_facts(
+            case.id, _SAMPLE_FACTS.get((case.op, case.dtype, case.sample))
+        )
+        entries = self.expectations(case.exporter)
+        skip = expectations_mod.skip_entry(entries, facts)
+        if skip is not None:
+            row = self._row(
+                case, {"status": "skip", "error": f"skipped by expectation: {skip.reason}"}
+            )
+            row.expectation = skip.reason
+            self._finish(row, record_property)
+            pytest.skip(f"expectation: {skip.reason}")
+
+        if planted_cases.planted_name(case.op) == "worker_crash":
+            self._mark_inflight(case, "export", facts)
+            os.abort()
+
+        outcome = self._run(case, facts)
+        status = outcome.pop("status")
+        verdict = expectations_mod.judge(
+            entries, facts, status, outcome.get("stage"), outcome.get("error_signature")
+        )
+        row = self._row(case, {**outcome, "status": verdict.status})
+        if verdict.entry is not None:
+            row.expectation = verdict.entry.reason
+        if row.status in ROW_STATUSES_WITH_REPRO:
+            from conformance.repro import keep_repro
+
+            row.repro_dir = keep_repro(
+                self.scratch,
+                self.options.results,
+                case.id,
+                status=row.status,
+                stage=row.stage,
+                error=row.error,
+            )
+        self._finish(row, record_property)
+        self.inflight.unlink(missing_ok=True)
+        _conclude(verdict, row, self.options.results)
+
+    def _run(self, case: OpCase, facts: dict[str, Any]) -> dict[str, Any]:
+        """The case's outcome as a dict of row fields, whatever happens to the child."""
+        self._mark_inflight(case, "export", facts)
+        shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
+        announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
+        try:
+            if self.options.isolation == "none":
+                from conformance.runner import run_op_case
+
+                return run_op_case(case, self.scratch, announce=announce).to_dict()
+            result = self.child.run(
+                case.id, self.scratch, self.options.case_timeout, on_stage=announce
+            )
+        except pytest.fail.Exception as exc:
+            if "Timeout" not in str(exc):
+                raise
+            # pytest-timeout fired: in-process that is the case timeout, with the child it is
+            # the backstop and the child is stuck somewhere.
+            self.child.kill()
+            stage = self._inflight_stage() or "export"
+            return _abnormal("timeout", stage, f"{exc} at stage {stage}")
+        if result.status == "done":
+            return result.outcome
+        if result.status == "timeout":
+            detail = f"case timed out after {self.options.case_timeout:g} s at stage {result.stage}"
+            return _abnormal("timeout", result.stage, detail)
+        if result.status == "error":
+            # A bug in the harness, not in the exporter: the row says so in its signature.
+            row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
+            row["error_signature"] = f"HarnessError: {row['error_signature']}"
+            return row
+        return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
+
+    def _row(self, case: OpCase, fields: dict[str, Any]):
+        from reports.rows import CaseResult
+
+        extra = dict(fields.pop("extra", None) or {})
+        extra.setdefault("sample", _SAMPLE_FACTS.get((case.op, case.dtype, case.sample)))
+        extra["worker"] = self.worker
+        known = {f.name for f in dataclasses.fields(CaseResult)}
+        return CaseResult(
+            id=case.id,
+            kind="op",
+            subject=case.op,
+            family=_family(case.op),
+            dtype=case.dtype,
+            shapes=case.shapes,
+            opset=case.opset,
+            provider=case.provider,
+            exporter=case.exporter,
+            sample=case.sample,
+            versions=self.versions,
+            extra=extra,
+            **{k: v for k, v in fields.items() if k in known},
+        )
+
+    def _finish(self, row, record_property) -> None:
+        from reports.rows import append_row
+
+        append_row(self.rows_path, row)
+        for key in ("id", "family", "status", "stage", "error_signature", "expectation"):
+            if getattr(row, key) is not None:
+                record_property(key, getattr(row, key))
+        for key in ("max_abs", "max_rel", "rtol", "atol", "export_s", "run_s", "repro_dir"):
+            if getattr(row, key) is not None:
+                record_property(key, getattr(row, key))
+
+    def _mark_inflight(self, case: OpCase, stage: str, facts: dict[str, Any]) -> None:
+        """Where this worker is, for the controller to use if the whole worker dies."""
+        self.inflight.parent.mkdir(parents=True, exist_ok=True)
+        self.inflight.write_text(json.dumps({"id": case.id, "stage": stage, "facts": facts}))
+
+    def _inflight_stage(self) -> str | None:
+        try:
+            return json.loads(self.inflight.read_text())["stage"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:
+    from conformance.runner import signature_of
+
+    if stage not in expectations_mod.STAGES:
+        stage = "export"  # before the export the case was still being built
+    return {
+        "status": status,
+        "stage": stage,
+        "error": detail,
+        "error_signature": signature_of(detail),
+    }
+
+
+def _family(op: str) -> str:
+    return "planted" if op.startswith(planted_cases.PREFIX) else op_family(op)
+
+
+def _conclude(verdict, row, results: Path) -> None:
+    """Turn the verdict into the pytest item's outcome."""
+    if verdict.item == "pass":
+        return
+    if verdict.item == "skip":
+        pytest.skip(row.error or "skipped")
+    if verdict.item == "xfail":
+        pytest.xfail(f"{row.status} at {row.stage}: {verdict.message}")
+    lines = [f"{row.status} at stage {row.stage}" if row.stage else row.status]
+    if verdict.message:
+        lines.append(verdict.message)
+    if row.error:
+        lines.append(row.error)
+    if row.repro_dir:
+        lines.append(f"repro: python {results / row.repro_dir / 'repro.py'}")
+    pytest.fail("\n".join(lines), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def conformance_runtime(request: pytest.FixtureRequest):
+    runtime = CaseRuntime(get_options(request.config))
+    yield runtime
+    runtime.close()
+
+
+# --------------------------------------------------------------------------- controller side
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if _is_worker(config):
+        return
+    from _pytest.junitxml import xml_key  # private: the only way to reach the controller's XML
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    options = get_options(config)
+    for name, version in versions().items():
+        xml.add_global_property(name, version)
+    xml.add_global_property("opsets", ",".join(map(str, options.opsets)))
+    xml.add_global_property("providers", ",".join(options.providers))
+    xml.add_global_property("exporters", ",".join(options.exporters))
+    if options.shard:
+        xml.add_global_property("shard", f"{options.shard[0]}/{options.shard[1]}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
+    """A whole xdist worker died running ``crashitem``: write its ``crash`` row."""
+    options = get_options(report.node.config)
+    case_id = _case_id_from_nodeid(crashitem)
+    if case_id is None or not case_id.startswith("op::"):
+        return None
+    worker = report.node.gateway.id
+    inflight = options.results / ".inflight" / f"{worker}.json"
+    stage, facts = "export", None
+    try:
+        data = json.loads(inflight.read_text())
+        if data.get("id") == case_id:
+            stage, facts = data.get("stage", "export"), data.get("facts")
+        inflight.unlink()
+    except (OSError, ValueError):
+        pass
+    case = parse_case_id(case_id)
+    detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
+    outcome = _abnormal("crash", stage, detail)
+    entries = expectations_mod.load_expectations(options.expectations_dir / f"{case.exporter}.toml")
+    facts = facts or expectations_mod.case_facts(case_id, None)
+    verdict = expectations_mod.judge(entries, facts, "crash", stage, outcome["error_signature"])
+    from reports.rows import CaseResult, append_row
+
+    row = CaseResult(
+        id=case_id,
+        kind="op",
+        subject=case.op,
+        family=_family(case.op),
+        dtype=case.dtype,
+        shapes=case.shapes,
+        opset=case.opset,
+        provider=case.provider,
+        exporter=case.exporter,
+        sample=case.sample,
+        status=verdict.status,
+        stage=stage,
+        error=detail,
+        error_signature=outcome["error_signature"],
+        expectation=verdict.entry.reason if verdict.entry else None,
+        versions=versions(),
+        extra={"sample": facts, "worker": worker},
+    )
+    append_row(options.results / f"{worker}.jsonl", row)
+    if verdict.item == "xfail":
+        report.outcome = "skipped"
+        report.wasxfail = verdict.message
+    return None
+
+
+def _case_id_from_nodeid(nodeid: str) -> str | None:
+    if "[" not in nodeid or not nodeid.endswith("]"):
+        return None
+    return nodeid[nodeid.index("[") + 1 : -1]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _is_worker(config):
+        return
+    options = get_options(config)
+    if options.update_expectations:
+        _write_proposals(config, options)
+
+
+def _write_proposals(config: pytest.Config, options: Options) -> None:
+    from reports.rows import read_rows
+
+    cases = collect_op_cases(options)
+    ids = {case.id for case in cases}
+    rows = [row for row in read_rows([options.results]) if row.id in ids]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for exporter in options.exporters:
+        path = options.expectations_dir / f"{exporter}.toml"
+        entries = expectations_mod.load_expectations(path)
+        proposal = expectations_mod.propose(entries, (r for r in rows if r.exporter == exporter))
+        target = expectations_mod.proposed_path(path)
+        expectations_mod.write_expectations(target, proposal.entries)
+        message = (
+            f"conformance: {target}: {len(proposal.dropped)} stale entries dropped, "
+            f"{len(proposal.added)} new failures added, {len(proposal.entries)} entries"
+        )
+        if reporter is not None:
+            reporter.write_line(message)
+        else:
+            print(message, file=sys.stderr)

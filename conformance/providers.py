@@ -1,0 +1,129 @@
+"""Runtime sessions for the three providers: onnxruntime CPU, onnxruntime CUDA, and onnx's
+reference evaluator, behind one small interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+PROVIDERS = ("cpu", "cuda", "reference")
+_ORT_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+class Session:
+    """A loaded model: ``input_shapes`` as declared by the graph, ``run(feeds)`` -> outputs."""
+
+    def __init__(self, model: onnx.ModelProto, provider: str):
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+        self.provider = provider
+        self.input_shapes = declared_input_shapes(model)
+        self._bf16_outputs = [
+            i
+            for i, out in enumerate(model.graph.output)
+            if out.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+        ]
+        if provider == "reference":
+            from onnx.reference import ReferenceEvaluator
+
+            self._reference = ReferenceEvaluator(model)
+            self._ort = None
+        else:
+            self._ort = _ort_session(_readable_outputs(model, self._bf16_outputs), provider)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        unknown = set(feeds) - set(self.input_shapes)
+        feeds = {name: value for name, value in feeds.items() if name not in unknown}
+        if self._ort is None:
+            return [np.asarray(out) for out in self._reference.run(None, feeds)]
+        if any(_is_bf16(value) for value in feeds.values()):
+            outputs = self._run_ort_values(feeds)
+        else:
+            outputs = [np.asarray(out) for out in self._ort.run(None, feeds)]
+        if self._bf16_outputs:
+            import ml_dtypes
+
+            for i in self._bf16_outputs:
+                outputs[i] = outputs[i].astype(ml_dtypes.bfloat16)
+        return outputs
+
+    def _run_ort_values(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        values = {}
+        for name, value in feeds.items():
+            if _is_bf16(value):
+                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    value.view(np.uint16), onnx_element_type=onnx.TensorProto.BFLOAT16
+                )
+            else:
+                values[name] = ort.OrtValue.ortvalue_from_numpy(value)
+        return [out.numpy() for out in self._ort.run_with_ort_values(None, values)]
+
+
+def _is_bf16(value: np.ndarray) -> bool:
+    return value.dtype.name == "bfloat16"
+
+
+def _readable_outputs(model: onnx.ModelProto, bf16_outputs: list[int]) -> onnx.ModelProto:
+    """onnxruntime's Python API cannot return bfloat16 arrays: read such outputs through a Cast
+    to float32 (exact), converted back to bfloat16 after the run."""
+    if not bf16_outputs:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for i in bf16_outputs:
+        out = model.graph.output[i]
+        cast_name = f"{out.name}__read_as_float32"
+        model.graph.node.append(
+            onnx.helper.make_node("Cast", [out.name], [cast_name], to=onnx.TensorProto.FLOAT)
+        )
+        out.name = cast_name
+        out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
+def _ort_session(model: onnx.ModelProto, provider: str):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # Op cases test translations, not onnxruntime's fusions; this also keeps kernels honest.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    wanted = _ORT_PROVIDER[provider]
+    providers = [wanted] if provider == "cpu" else [wanted, "CPUExecutionProvider"]
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+    active = session.get_providers()
+    if not active or active[0] != wanted:
+        raise RuntimeError(
+            f"onnxruntime did not activate {wanted} (active: {active}); it silently fell back. "
+            "Install onnxruntime-gpu (pip install '.[cuda]') and check the CUDA libraries."
+        )
+    return session
+
+
+def declared_input_shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
+    """Graph inputs (initializers excluded) with each dim as an int, a symbol name, or None."""
+    initializers = {init.name for init in model.graph.initializer}
+    shapes = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        dims: list[int | str | None] = []
+        if value.type.tensor_type.HasField("shape"):
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value"):
+                    dims.append(dim.dim_value)
+                elif dim.HasField("dim_param"):
+                    dims.append(dim.dim_param)
+                else:
+                    dims.append(None)
+        shapes[value.name] = dims
+    return shapes
+
+
+def cuda_available() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()

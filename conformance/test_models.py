@@ -1,0 +1,20 @@
+"""The per-model conformance suite: one test function, the variety lives in the case data.
+
+Each item is one zoo model x dtype x shape mode x opset x provider x exporter x optimize, with
+an id such as ``model::torchvision/resnet18::f32::dynamic::opset20::cpu::ours::opt``; see
+``conformance/models_plugin.py`` for the options that select them and ``models_runner.py`` for
+what a case does.
+"""
+
+import pytest
+
+from conformance.models_plugin import ModelRuntime, get_model_options
+
+
+@pytest.fixture(scope="session")
+def conformance_model_runtime(request, conformance_runtime):
+    return ModelRuntime(conformance_runtime, get_model_options(request.config))
+
+
+def test_model(model_case, conformance_model_runtime, record_property):
+    conformance_model_runtime.run_model_case(model_case, record_property)

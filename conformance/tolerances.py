@@ -1,0 +1,76 @@
+"""Loading the comparison policy in ``tolerances.toml``: per-dtype tolerances, per-op overrides
+and the list of ops whose outputs are compared on shape and dtype only."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_PATH = Path(__file__).with_name("tolerances.toml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    source: str  # "dtype f32" or "override nn.functional.conv2d: <reason>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    by_dtype: dict[str, tuple[float, float]]
+    overrides: tuple[dict, ...]
+    shape_only_globs: tuple[str, ...]
+    shape_only_reason: str
+
+    def tolerance(self, op: str, dtype: str) -> Tolerance:
+        for entry in self.overrides:
+            if fnmatch.fnmatchcase(op, entry["op"]) and entry.get("dtype", dtype) == dtype:
+                return Tolerance(
+                    float(entry["rtol"]),
+                    float(entry["atol"]),
+                    f"override {entry['op']}: {entry.get('reason', '')}".rstrip(": "),
+                )
+        if dtype not in self.by_dtype:
+            raise KeyError(f"tolerances.toml has no [dtype.{dtype}] table")
+        rtol, atol = self.by_dtype[dtype]
+        return Tolerance(rtol, atol, f"dtype {dtype}")
+
+    def is_shape_only(self, op: str) -> bool:
+        return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.shape_only_globs)
+
+
+@functools.cache
+def load_policy(path: str | Path = DEFAULT_PATH) -> Policy:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the tolerance policy {path}: {exc}") from exc
+    by_dtype = {}
+    for dtype, table in data.get("dtype", {}).items():
+        try:
+            by_dtype[dtype] = (float(table["rtol"]), float(table["atol"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: [dtype.{dtype}] needs numeric rtol and atol") from exc
+    overrides = tuple(data.get("override", ()))
+    for index, entry in enumerate(overrides):
+        missing = {"op", "rtol", "atol"} - set(entry)
+        if missing:
+            raise ValueError(
+                f"{path}: [[override]] #{index + 1} lacks {', '.join(sorted(missing))}"
+            )
+    shape_only = data.get("shape_only", {})
+    return Policy(
+        by_dtype=by_dtype,
+        overrides=overrides,
+        shape_only_globs=tuple(shape_only.get("ops", ())),
+        shape_only_reason=shape_only.get("reason", "outputs compared on shape and dtype only"),
+    )

@@ -1,0 +1,90 @@
+"""Capture: nn.Module -> torch.export.ExportedProgram, trying strategies in order."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from exporter._errors import CaptureError
+from exporter._flags import onnx_export_flag
+
+
+@dataclasses.dataclass
+class Attempt:
+    strategy: str
+    seconds: float
+    error: BaseException | None = None
+    traceback: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@contextlib.contextmanager
+def _size_oblivious() -> Iterator[None]:
+    # Keeps torch.export from specialising dynamic dims whose example size is 0 or 1.
+    try:
+        from torch.fx.experimental import _config as fx_config
+    except ImportError:  # pragma: no cover - older torch
+        yield
+        return
+    with fx_config.patch(backed_size_oblivious=True):
+        yield
+
+
+def _export(strict: bool) -> Callable[..., torch.export.ExportedProgram]:
+    def run(model, args, kwargs, dynamic_shapes):
+        with _size_oblivious():
+            return torch.export.export(
+                model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+            )
+
+    return run
+
+
+STRATEGIES: dict[str, Callable[..., torch.export.ExportedProgram]] = {
+    "torch.export(strict=False)": _export(strict=False),
+    "torch.export(strict=True)": _export(strict=True),
+}
+
+
+def capture(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    *,
+    strategies: list[str] | None = None,
+    attempts: list[Attempt] | None = None,
+) -> tuple[torch.export.ExportedProgram, str]:
+    """Run strategies until one captures. ``attempts`` collects every try for the report."""
+    attempts = [] if attempts is None else attempts
+    for name in strategies or list(STRATEGIES):
+        start = time.perf_counter()
+        try:
+            with onnx_export_flag():
+                program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)
+        except Exception as exc:  # every strategy failure is recorded, none is lost
+            attempts.append(Attempt(name, time.perf_counter() - start, exc,
+                                    traceback.format_exc()))
+            continue
+        attempts.append(Attempt(name, time.perf_counter() - start))
+        return program, name
+    lines = [f"Capture failed: every strategy was tried ({len(attempts)})."]
+    for a in attempts:
+        first = str(a.error).strip().splitlines()
+        lines.append(f"  - {a.strategy}: {type(a.error).__name__}: {first[0] if first else ''}")
+    lines.append(
+        "Fix the first error, or pass export(..., report=True) for the full tracebacks of each "
+        "strategy."
+    )
+    raise CaptureError("\n".join(lines), [(a.strategy, a.error) for a in attempts]) from (
+        attempts[0].error if attempts else None
+    )

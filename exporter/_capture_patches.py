@@ -1,0 +1,255 @@
+"""Opt-in capture patches: model-side rewrites for code torch.export cannot capture as written.
+
+torchvision's detection models branch on data-dependent values (``if boxes.numel() == 0``),
+loop over python lists of per-image tensors, and compute resize sizes with Python floats; every
+one of those stops torch.export (measured: every torchvision detection model fails at capture in
+torch.onnx). The patches here replace the offending functions, for the duration of a ``with``
+block, by equivalents that compute the same values with tensor ops torch.export can trace.
+
+Usage::
+
+    from exporter._capture_patches import torchvision_detection_patches
+
+    with torchvision_detection_patches():
+        onnx_program = exporter.export(model, ([image],))
+
+They are opt-in because they change library code while active; ``CAPTURE_PATCHES`` maps the
+names ``export(..., capture_patches=[...])`` accepts to the context managers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def _patched(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Set ``owner.name = value`` for each triple and restore every original on exit."""
+    originals = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in
+                 replacements]
+    try:
+        for owner, name, value in replacements:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, original in reversed(originals):
+            if original is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+
+
+_MISSING = object()
+
+
+# --------------------------------------------------------------------------- torchvision
+def _batched_nms(boxes, scores, idxs, iou_threshold):
+    """torchvision.ops.batched_nms with the coordinate trick at every size.
+
+    torchvision switches to a per-class Python loop above 4000 box coordinates and returns
+    early for empty inputs; both are decisions on data-dependent sizes. The offset trick gives
+    the same kept set at any size; a zero is folded into the maximum so an empty input needs
+    no special case.
+    """
+    import torch
+    from torchvision.ops import boxes as box_ops
+
+    max_coordinate = torch.nn.functional.pad(boxes.reshape(-1), (0, 1)).max()
+    offsets = idxs.to(boxes) * (max_coordinate + 1)
+    return box_ops.nms(boxes + offsets[:, None], scores, iou_threshold)
+
+
+def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales, mapper):
+    """torchvision.ops.poolers._multiscale_roi_align without data-dependent indexing.
+
+    torchvision pools each FPN level's RoIs (found with ``torch.where``) into a zeros tensor
+    sized ``len(rois)``, which needs the data-dependent RoI count as a Python int. Pooling every
+    RoI at every level and keeping, per RoI, the level the mapper chose gives identical values
+    (each RoI is pooled independently) with only tensor ops.
+    """
+    import torch
+    from torchvision.ops import roi_align
+    from torchvision.ops.poolers import _convert_to_roi_format
+
+    if scales is None or mapper is None:
+        raise ValueError("scales and mapper should not be None")
+    rois = _convert_to_roi_format(boxes)
+    if len(x_filtered) == 1:
+        return roi_align(x_filtered[0], rois, output_size=output_size, spatial_scale=scales[0],
+                         sampling_ratio=sampling_ratio)
+    levels = mapper(boxes)[:, None, None, None]
+    result = None
+    for level, (feature, scale) in enumerate(zip(x_filtered, scales)):
+        pooled = roi_align(feature, rois, output_size=output_size, spatial_scale=scale,
+                           sampling_ratio=sampling_ratio)
+        result = pooled if result is None else torch.where(levels == level, pooled,
+                                                           result.to(pooled.dtype))
+    return result
+
+
+def _topk_min(input, orig_kval, axis):
+    """torchvision.models.detection._utils._topk_min as a symbolic minimum.
+
+    Python's ``min(k, size)`` forces torch.export to decide which is smaller: a guard that
+    specialises the input size, or a hard error when the size is data-dependent (SSD's
+    score-filtered candidates).
+    """
+    import torch
+
+    return torch.sym_min(orig_kval, input.size(axis))
+
+
+def _resize_image_and_masks(image, self_min_size, self_max_size, target=None, fixed_size=None):
+    """GeneralizedRCNNTransform's resize with the new size computed as a tensor.
+
+    torchvision picks ``min(min_side_scale, max_side_scale)`` with Python's ``min`` (a guard
+    that specialises the export to the example's aspect ratio) and floors ``side * scale`` in
+    Python floats. Here the same float64 arithmetic runs on 0-d tensors, so the graph computes
+    exactly the size eager computes (IEEE double, like Python), and the resized size enters the
+    trace as one fresh symbol per axis instead of a nested float expression that makes every
+    later shape check slow.
+    """
+    import torch
+
+    if fixed_size is not None:
+        size = [fixed_size[1], fixed_size[0]]
+    else:
+        height, width = image.shape[-2:]
+        h = torch.scalar_tensor(height, dtype=torch.float64)
+        w = torch.scalar_tensor(width, dtype=torch.float64)
+        # Tensor / tensor: ``float / tensor`` is reciprocal-then-multiply in torch, which can
+        # land one ulp below Python's division and floor to one pixel less.
+        target_min = torch.scalar_tensor(float(self_min_size), dtype=torch.float64)
+        target_max = torch.scalar_tensor(float(self_max_size), dtype=torch.float64)
+        scale = torch.minimum(target_min / torch.minimum(h, w), target_max / torch.maximum(h, w))
+        size = []
+        for side in (h, w):
+            new = torch.floor(side * scale).to(torch.int64).item()
+            torch._check(new >= 1)
+            size.append(new)
+    image = torch.nn.functional.interpolate(image[None], size=size, mode="bilinear",
+                                            align_corners=False)[0]
+    if target is None:
+        return image, target
+    if "masks" in target:
+        mask = target["masks"]
+        mask = torch.nn.functional.interpolate(mask[:, None].float(), size=size)[:, 0].byte()
+        target["masks"] = mask
+    return image, target
+
+
+def _batch_images(self, images, size_divisible=32):
+    """GeneralizedRCNNTransform.batch_images with the padded size in integer arithmetic.
+
+    torchvision rounds the size up through ``math.ceil(float(size) / stride)``, a float round
+    trip that torch.export resolves to the example's padded size; ``-(-size // stride)`` is the
+    same ceiling on integers and stays symbolic. Padding replaces the in-place copy into a
+    zeros tensor.
+    """
+    import torch
+
+    heights = [img.shape[-2] for img in images]
+    widths = [img.shape[-1] for img in images]
+    max_height, max_width = heights[0], widths[0]
+    for h, w in zip(heights[1:], widths[1:]):
+        max_height, max_width = torch.sym_max(max_height, h), torch.sym_max(max_width, w)
+    stride = int(size_divisible)
+    padded_height = -(-max_height // stride) * stride
+    padded_width = -(-max_width // stride) * stride
+    padded = [
+        torch.nn.functional.pad(img, (0, padded_width - img.shape[-1],
+                                      0, padded_height - img.shape[-2]))
+        for img in images
+    ]
+    return torch.stack(padded)
+
+
+def _resize_boxes(boxes, original_size, new_size):
+    """torchvision's resize_boxes without ``torch.tensor(size)``, which bakes symbolic sizes in
+    as constants; float32 ratios as in torchvision."""
+    import torch
+
+    def ratio(new, old):
+        new = torch.scalar_tensor(new, dtype=torch.float32, device=boxes.device)
+        old = torch.scalar_tensor(old, dtype=torch.float32, device=boxes.device)
+        return new / old
+
+    ratio_height = ratio(new_size[0], original_size[0])
+    ratio_width = ratio(new_size[1], original_size[1])
+    xmin, ymin, xmax, ymax = boxes.unbind(1)
+    return torch.stack((xmin * ratio_width, ymin * ratio_height, xmax * ratio_width,
+                        ymax * ratio_height), dim=1)
+
+
+def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes):
+    """SSD.postprocess_detections with one data-dependent filter instead of one per class.
+
+    torchvision filters each class's scores by the threshold, takes the top-k of what is left
+    and concatenates the per-class pieces: data-dependent sizes everywhere. Taking the top-k of
+    every class over all anchors with sub-threshold scores pushed to -inf, then dropping the
+    sub-threshold entries once, selects the same candidates in the same (class-major, score
+    descending) order.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torchvision.ops import boxes as box_ops
+
+    pred_scores = F.softmax(head_outputs["cls_logits"], dim=-1)
+    detections = []
+    for boxes, scores, anchors, image_shape in zip(
+        head_outputs["bbox_regression"], pred_scores, image_anchors, image_shapes
+    ):
+        boxes = self.box_coder.decode_single(boxes, anchors)
+        boxes = box_ops.clip_boxes_to_image(boxes, image_shape)
+        class_scores = scores[:, 1:].t()  # (classes - 1, anchors)
+        masked = torch.where(class_scores > self.score_thresh, class_scores,
+                             torch.full_like(class_scores, float("-inf")))
+        k = torch.sym_min(self.topk_candidates, class_scores.shape[1])
+        top_scores, top_idxs = masked.topk(k, dim=1)
+        labels = torch.arange(1, scores.shape[1], device=scores.device)[:, None].expand_as(top_idxs)
+        top_scores, top_idxs, labels = top_scores.reshape(-1), top_idxs.reshape(-1), labels.reshape(-1)
+        valid = torch.where(top_scores > self.score_thresh)[0]
+        image_scores, image_labels = top_scores[valid], labels[valid]
+        image_boxes = boxes[top_idxs[valid]]
+        keep = box_ops.batched_nms(image_boxes, image_scores, image_labels, self.nms_thresh)
+        keep = keep[: self.detections_per_img]
+        detections.append(
+            {"boxes": image_boxes[keep], "scores": image_scores[keep], "labels": image_labels[keep]}
+        )
+    return detections
+
+
+def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
+    import torchvision.ops
+    from torchvision.models.detection import _utils as det_utils
+    from torchvision.models.detection import ssd
+    from torchvision.models.detection import transform
+    from torchvision.ops import boxes as box_ops
+    from torchvision.ops import poolers
+
+    return [
+        (box_ops, "batched_nms", _batched_nms),
+        (torchvision.ops, "batched_nms", _batched_nms),
+        (poolers, "_multiscale_roi_align", _multiscale_roi_align),
+        (det_utils, "_topk_min", _topk_min),
+        (transform, "_resize_image_and_masks", _resize_image_and_masks),
+        (transform, "resize_boxes", _resize_boxes),
+        (transform.GeneralizedRCNNTransform, "batch_images", _batch_images),
+        (ssd.SSD, "postprocess_detections", _ssd_postprocess_detections),
+    ]
+
+
+@contextlib.contextmanager
+def torchvision_detection_patches() -> Iterator[None]:
+    """Make torchvision's detection models (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD,
+    SSDlite) capturable by torch.export, with the number of detections left dynamic."""
+    with _patched(_torchvision_replacements()):
+        yield
+
+
+#: Names accepted by ``export(..., capture_patches=[...])``.
+CAPTURE_PATCHES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "torchvision-detection": torchvision_detection_patches,
+}

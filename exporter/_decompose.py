@@ -1,0 +1,84 @@
+"""Decomposition: lower every op we cannot translate to ops we can; keep the rest whole.
+
+The table is derived from the registry: an op with a translation is never decomposed. When the
+captured program already holds only translated, safely functional ops, the (slow) re-trace of
+``run_decompositions`` is skipped altogether.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from exporter._errors import DecompositionError
+from exporter._translate import fx_targets, is_noop_target, lookup
+from exporter.ops._registry import Registry
+
+
+@functools.lru_cache(maxsize=8)
+def _table_for(targets: frozenset[Any]) -> dict[Any, Any]:
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if op in targets:
+            del table[op]
+    return table
+
+
+def decomposition_table(registry: Registry) -> Any:
+    return _table_for(registry.targets())
+
+
+def _mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+        return []
+    mutated = []
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            if isinstance(value, torch.fx.Node):
+                mutated.append(value)
+    return mutated
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and target.is_view
+
+
+def needs_decomposition(program: torch.export.ExportedProgram, registry: Registry) -> str | None:
+    """Why the program must go through run_decompositions, or None when it can skip it."""
+    gm = program.graph_module
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        return "control-flow submodules"
+    for node, target in fx_targets(gm):
+        if is_noop_target(target) or getattr(target, "__name__", "") == "getitem":
+            continue
+        if lookup(registry, target) is None:
+            return f"{target} has no translation"
+        for arg in _mutated_args(node):
+            # An in-place op is the same as its functional twin only when nobody else can
+            # observe the old value: the mutated tensor is an intermediate (not an input or a
+            # view of something) and the in-place op is its only user.
+            if arg.op != "call_function" or _is_view(arg) or len(arg.users) != 1:
+                return f"{node.name} mutates {arg.name}, which is observable elsewhere"
+    return None
+
+
+def decompose(program: torch.export.ExportedProgram, registry: Registry
+              ) -> tuple[torch.export.ExportedProgram, str | None]:
+    """Returns the program to translate and the reason decomposition ran (None: skipped)."""
+    reason = needs_decomposition(program, registry)
+    if reason is None:
+        return program, None
+    try:
+        from exporter._capture import _size_oblivious
+
+        with _size_oblivious():
+            return program.run_decompositions(decomposition_table(registry)), reason
+    except Exception as exc:
+        raise DecompositionError(
+            f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because {reason}."
+        ) from exc

@@ -1,0 +1,132 @@
+"""Runs custom translations written with onnxscript (opset builders or @onnxscript.script).
+
+``op.Add(x, y)`` in user code calls onnxscript's current evaluator; we install one that records
+nodes into the graph being built. An ``OnnxFunction`` stays a model-local ONNX function: the
+call becomes one node in the function's domain and its body is added to ``model.functions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import onnx_ir as ir
+import torch
+
+if TYPE_CHECKING:
+    from exporter._translate import Translator
+    from exporter.ops._context import TranslationContext
+    from exporter.ops._registry import Translation
+
+
+class _RecordingEvaluator:
+    """onnxscript Evaluator protocol (eval_op / eval_function) that emits onnx_ir nodes."""
+
+    def __init__(self, ctx: TranslationContext, translator: Translator) -> None:
+        self.ctx = ctx
+        self.translator = translator
+
+    def _input(self, x: Any, op_name: str) -> ir.Value | None:
+        if x is None or isinstance(x, ir.Value):
+            return x
+        if isinstance(x, bool):
+            return self.ctx.const(x, torch.bool)
+        if isinstance(x, int):
+            return self.ctx.const(x, torch.int64)
+        if isinstance(x, float):
+            return self.ctx.const(x, torch.float32)
+        if isinstance(x, (list, tuple)) and all(isinstance(i, int) for i in x):
+            return self.ctx.const(list(x), torch.int64)
+        if isinstance(x, (list, tuple)) and all(isinstance(i, float) for i in x):
+            return self.ctx.const(list(x), torch.float32)
+        return self.ctx.const(x)
+
+    def eval_op(self, op: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        schema = op.op_schema
+        domain = op.opset.domain
+        version = op.opset.version
+        inputs = list(args)
+        attributes = {}
+        input_names = [p.name for p in schema.inputs] if schema is not None else []
+        for key, value in kwargs.items():
+            if key in input_names:
+                index = input_names.index(key)
+                while len(inputs) <= index:
+                    inputs.append(None)
+                inputs[index] = value
+            else:
+                attributes[key] = value
+        n_out = 1
+        if schema is not None:
+            n_out = len(schema.outputs)
+            if schema.outputs and schema.outputs[-1].option.name == "Variadic":
+                n_out = max(1, n_out)
+        ir_inputs = [self._input(x, op.name) for x in inputs]
+        if domain not in ("", "ai.onnx"):
+            self.ctx.scope.use_domain(domain, version or 1)
+        result = self.ctx.make_node(
+            op.name, ir_inputs, attributes, num_outputs=n_out,
+            domain="" if domain == "ai.onnx" else domain,
+            version=version if domain not in ("", "ai.onnx") else None,
+        )
+        return result
+
+    def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return call_onnx_function(self.ctx, self.translator, function, args, kwargs)
+
+
+def call_onnx_function(ctx: TranslationContext, translator: Translator, function: Any,
+                       args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Emit one call node to an OnnxFunction and register its body as a model function."""
+    import onnxscript
+
+    if isinstance(function, onnxscript.values.TracedOnnxFunction):
+        # trace_only functions are plain Python over ops: run them under our evaluator.
+        return function.func(*args, **kwargs)
+    proto = function.to_function_proto()
+    ir_function = ir.serde.deserialize_function(proto)
+    key = ir_function.identifier()
+    # ONNX requires a function to import the model's default opset version; onnxscript stamps
+    # the opset it was written against, and the ops it uses keep their meaning across 17-23.
+    if "" in ir_function.opset_imports:
+        ir_function.opset_imports[""] = translator.opset
+    translator.functions.setdefault(key, ir_function)
+    for domain, version in ir_function.opset_imports.items():
+        if domain:
+            ctx.scope.use_domain(domain, version)
+    ctx.scope.use_domain(ir_function.domain, 1)
+    input_names = [i.name for i in ir_function.inputs]
+    attr_names = set(ir_function.attributes)
+    inputs = list(args[: len(input_names)])
+    attributes = {}
+    for key_, value in kwargs.items():
+        if key_ in attr_names:
+            attributes[key_] = value
+        elif key_ in input_names:
+            index = input_names.index(key_)
+            while len(inputs) <= index:
+                inputs.append(None)
+            inputs[index] = value
+    for extra, value in zip(list(ir_function.attributes), args[len(input_names):]):
+        attributes[extra] = value
+    evaluator = _RecordingEvaluator(ctx, translator)
+    ir_inputs = [evaluator._input(x, ir_function.name) for x in inputs]
+    # The output count comes from the function body, never from Python annotations.
+    n_out = len(ir_function.outputs)
+    return ctx.make_node(ir_function.name, ir_inputs, attributes, num_outputs=n_out,
+                         domain=ir_function.domain, version=None)
+
+
+def call_onnxscript_translation(ctx: TranslationContext, translation: Translation,
+                                args: Sequence[Any], kwargs: Mapping[str, Any],
+                                translator: Translator) -> Any:
+    """Call a custom translation written against onnxscript's API."""
+    import onnxscript
+    from onnxscript import evaluator as ox_evaluator
+
+    fn = translation.fn
+    evaluator = _RecordingEvaluator(ctx, translator)
+    with ox_evaluator.default_as(evaluator):
+        if isinstance(fn, onnxscript.values.OnnxFunction):
+            return call_onnx_function(ctx, translator, fn, args, kwargs)
+        return fn(*args, **kwargs)

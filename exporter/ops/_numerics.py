@@ -1,0 +1,339 @@
+"""Helpers shared by the reduction, sort/search, linalg, FFT and random families.
+
+They answer the questions those translations keep asking: which axes a ``dim`` argument names,
+how to call a Reduce* op at the target opset, how big a dimension is at run time, which dtype
+onnxruntime can reduce in, and how to build a Loop or Scan body by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from exporter import _dtypes
+
+i64 = torch.int64
+
+#: onnxruntime CPU kernels of the Reduce* family (measured, onnxruntime 1.31).
+_REDUCE_ARITH = frozenset({torch.float32, torch.float64, torch.float16, torch.int32, i64})
+_REDUCE_MINMAX = _REDUCE_ARITH | {torch.int8, torch.uint8}
+#: ReduceSum takes axes as an input since opset 13; the rest only since 18.
+_AXES_INPUT_SINCE_13 = frozenset({"ReduceSum"})
+
+
+# ------------------------------------------------------------------------------------ axes
+def reduce_axes(dim: Any, rank: int) -> list[int] | None:
+    """Sorted non-negative axes named by an ATen ``dim`` argument; None means every axis.
+
+    ``None`` and ``[]`` reduce everything (ATen's convention), and so does any dim of a 0-d
+    tensor (its only valid dims are 0 and -1).
+    """
+    if dim is None:
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims or rank == 0:
+        return None
+    return sorted({d % rank for d in dims})
+
+
+def axis(dim: int, rank: int) -> int:
+    """One non-negative axis; 0-d tensors accept 0 and -1 and get 0."""
+    return 0 if rank == 0 else dim % rank
+
+
+# ---------------------------------------------------------------------------------- reduce
+def reduce(ctx: Any, op_type: str, x: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.Value:
+    """``op_type`` (ReduceSum, ReduceMax, ...) over ``axes`` (None: all), axes as the opset wants.
+
+    Axes must be non-negative: onnxruntime ignores negative axes when the input is empty.
+    """
+    build = getattr(ctx.op, op_type)
+    keepdims = int(bool(keepdim))
+    if axes is None:
+        return build(x, keepdims=keepdims)
+    if op_type in _AXES_INPUT_SINCE_13 or ctx.has("ReduceMax-axes-input"):
+        return build(x, ctx.const(list(axes), i64), keepdims=keepdims)
+    return build(x, axes=list(axes), keepdims=keepdims)
+
+
+def reduce_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype onnxruntime can run ``op_type`` in for ``dtype`` values, accumulating like torch.
+
+    Half floats accumulate in float32 (torch's CPU kernels do the same); small integers and bool
+    widen to a type with a kernel.
+    """
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    minmax = op_type in ("ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK")
+    supported = _REDUCE_MINMAX if minmax else _REDUCE_ARITH
+    if dtype in supported:
+        return dtype
+    if dtype is torch.bool:
+        return torch.uint8 if minmax else i64
+    if dtype.is_floating_point:
+        return torch.float32
+    if dtype in (torch.int16,) and minmax:
+        return torch.int32
+    return i64
+
+
+def reduce_as(
+    ctx: Any,
+    op_type: str,
+    x: ir.Value,
+    axes: list[int] | None,
+    keepdim: bool,
+    out_dtype: torch.dtype,
+) -> ir.Value:
+    """Reduce in a dtype onnxruntime supports, return ``out_dtype``."""
+    work = reduce_dtype(op_type, ctx.dtype(x))
+    return ctx.cast(reduce(ctx, op_type, ctx.cast(x, work), axes, keepdim), out_dtype)
+
+
+# ---------------------------------------------------------------------------------- sizes
+def dim_size(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
+    """1-D int64 ``[x.shape[ax]]``: a constant when static, else read with Shape."""
+    shape = ctx.shape(x)
+    if shape is not None and isinstance(shape[ax], int):
+        return ctx.const([shape[ax]], i64)
+    return ctx.op.Shape(x, start=ax, end=ax + 1)
+
+
+def static_dim(ctx: Any, x: ir.Value, ax: int) -> int | None:
+    shape = ctx.shape(x)
+    if shape is None or not isinstance(shape[ax], int):
+        return None
+    return shape[ax]
+
+
+def static_count(ctx: Any, x: ir.Value, axes: list[int] | None) -> int | None:
+    """Number of elements a reduction over ``axes`` combines, when it is static."""
+    axes = list(range(ctx.rank(x))) if axes is None else axes
+    shape = ctx.shape(x)
+    if shape is None:
+        return None
+    sizes = [shape[a] for a in axes]
+    if any(isinstance(s, int) and s == 0 for s in sizes):
+        return 0
+    if not all(isinstance(s, int) for s in sizes):
+        return None
+    return math.prod(sizes)
+
+
+def count(ctx: Any, x: ir.Value, axes: list[int] | None) -> ir.Value | int:
+    """Number of elements a reduction over ``axes`` combines: an int when static, else 0-d."""
+    n = static_count(ctx, x, axes)
+    if n is not None:
+        return n
+    axes = list(range(ctx.rank(x))) if axes is None else axes
+    sizes = ctx.op.Gather(ctx.op.Shape(x), ctx.const(axes, i64), axis=0)
+    return ctx.op.ReduceProd(sizes, keepdims=0)
+
+
+def shape_without(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
+    """1-D int64 shape of ``x`` with axis ``ax`` removed."""
+    rank = ctx.rank(x)
+    shape = ctx.static_shape(x)
+    if shape is not None:
+        return ctx.const([d for i, d in enumerate(shape) if i != ax], i64)
+    full = ctx.op.Shape(x)
+    parts = []
+    if ax > 0:
+        parts.append(ctx.op.Slice(full, [0], [ax]))
+    if ax < rank - 1:
+        parts.append(ctx.op.Slice(full, [ax + 1], [rank]))
+    if not parts:
+        return ctx.const([], i64)
+    return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
+
+
+def filled(ctx: Any, shape: ir.Value, value: Any, dtype: torch.dtype) -> ir.Value:
+    """A tensor of ``shape`` (1-D int64 value) filled with ``value``."""
+    if dtype is torch.bfloat16:
+        return ctx.cast(filled(ctx, shape, value, torch.float32), dtype)
+    tensor = ir.tensor(torch.tensor([value], dtype=dtype).numpy())
+    out = ctx.op.ConstantOfShape(shape, value=tensor)
+    out.dtype = _dtypes.to_ir(dtype)
+    return out
+
+
+def move_axis_last(ctx: Any, x: ir.Value, ax: int) -> tuple[ir.Value, list[int] | None]:
+    """Transpose ``ax`` to the end; returns the value and the permutation that undoes it."""
+    rank = ctx.rank(x)
+    if ax == rank - 1:
+        return x, None
+    perm = [i for i in range(rank) if i != ax] + [ax]
+    inverse = [perm.index(i) for i in range(rank)]
+    return ctx.op.Transpose(x, perm=perm), inverse
+
+
+def reshaped(ctx: Any, x: ir.Value, shape: Sequence[int]) -> ir.Value:
+    """Reshape to a static shape and record it, so rank and size queries work on the result."""
+    out = ctx.op.Reshape(x, ctx.const(list(shape), i64))
+    out.shape = ir.Shape([None if d == -1 else d for d in shape])
+    return out
+
+
+def flatten(ctx: Any, x: ir.Value) -> ir.Value:
+    """``x`` as 1-D, with its length recorded when it is static."""
+    shape = ctx.static_shape(x)
+    out = ctx.op.Reshape(x, ctx.const([-1], i64))
+    out.shape = ir.Shape([None if shape is None else math.prod(shape)])
+    return out
+
+
+def nan_of(ctx: Any, dtype: torch.dtype) -> ir.Value:
+    return ctx.const(float("nan"), dtype)
+
+
+# ---------------------------------------------------------------------------- multi outputs
+def used_outputs(ctx: Any) -> set[int] | None:
+    """Indices of a multi-output node's results that FX users read; None: all of them."""
+    node = ctx.node
+    if node is None:
+        return None
+    used: set[int] = set()
+    for user in node.users:
+        if user.op == "call_function" and user.target is operator.getitem:
+            used.add(int(user.args[1]))
+        else:
+            return None
+    return used
+
+
+# ------------------------------------------------------------------------------- subgraphs
+class Subgraph:
+    """A hand-built ONNX subgraph (Loop or Scan body) whose nodes come from ``self.ctx.op``.
+
+    Values of the enclosing graph can be used directly inside (ONNX scoping rules); every value
+    made here gets a model-unique name when the body is finished, so nothing shadows.
+    """
+
+    def __init__(self, ctx: Any, name: str) -> None:
+        from exporter._translate import GraphScope
+        from exporter.ops._context import TranslationContext
+
+        self._translator = ctx.scope.translator
+        self.name = self._translator.fresh_name(name)
+        self.graph = ir.Graph(inputs=[], outputs=[], nodes=[], name=self.name)
+        self.ctx = TranslationContext(GraphScope(self._translator, self.graph, ctx.scope), None)
+
+    def input(self, dtype: torch.dtype, shape: Sequence[Any] | None = None) -> ir.Value:
+        value = ir.Value(
+            name=self._translator.fresh_name(f"{self.name}_in"),
+            type=ir.TensorType(_dtypes.to_ir(dtype)),
+            shape=None
+            if shape is None
+            else ir.Shape([d if isinstance(d, int) else None for d in shape]),
+        )
+        self.graph.inputs.append(value)
+        return value
+
+    def finish(self, outputs: Sequence[ir.Value], dtypes: Sequence[torch.dtype]) -> ir.Graph:
+        for out, dtype in zip(outputs, dtypes):
+            out = self.ctx.cast(out, dtype)
+            if out.producer() is None or out.graph is not self.graph or out in self.graph.inputs:
+                out = self.ctx.op.Identity(out)
+            self.graph.outputs.append(out)
+        for node in self.graph:
+            for value in node.outputs:
+                if value.name is None or value.name.startswith("val_"):
+                    value.name = self._translator.fresh_name(f"{self.name}_v")
+        return self.graph
+
+
+def scan_along(
+    ctx: Any,
+    xs: Sequence[ir.Value],
+    axes: int | Sequence[int],
+    states: Sequence[ir.Value],
+    body: Callable[[Any, list[ir.Value], list[ir.Value]], tuple[list[ir.Value], list[ir.Value]]],
+    state_dtypes: Sequence[torch.dtype],
+    out_dtypes: Sequence[torch.dtype],
+    name: str,
+    out_axis: int | None = None,
+) -> tuple[ir.Value, ...]:
+    """An ONNX Scan over ``xs`` (each along its axis): a sequential recurrence, exact like torch's.
+
+    ``body(sub_ctx, states, slices) -> (new_states, per_step_outputs)``; slices have their scan
+    axis removed and the per-step outputs are stacked along ``out_axis`` (default: the first
+    input's axis). Returns the final states followed by the stacked outputs.
+    """
+    axes = [axes] * len(xs) if isinstance(axes, int) else list(axes)
+    out_axis = axes[0] if out_axis is None else out_axis
+    sub = Subgraph(ctx, name)
+    state_in = [sub.input(dt) for dt in state_dtypes]
+    slices = [sub.input(ctx.dtype(x)) for x in xs]
+    new_states, outs = body(sub.ctx, state_in, slices)
+    graph = sub.finish([*new_states, *outs], [*state_dtypes, *out_dtypes])
+    results = ctx.op.Scan(
+        *states,
+        *xs,
+        body=graph,
+        num_scan_inputs=len(xs),
+        scan_input_axes=axes,
+        scan_output_axes=[out_axis] * len(outs),
+        _outputs=len(states) + len(outs),
+    )
+    results = results if isinstance(results, tuple) else (results,)
+    for value, dtype in zip(results, [*state_dtypes, *out_dtypes]):
+        value.dtype = _dtypes.to_ir(dtype)
+    return results
+
+
+def loop(
+    ctx: Any,
+    trip_count: ir.Value,
+    states: Sequence[ir.Value],
+    body: Callable[[Any, ir.Value, list[ir.Value]], list[ir.Value]],
+    state_dtypes: Sequence[torch.dtype],
+    name: str,
+) -> tuple[ir.Value, ...]:
+    """An ONNX Loop of ``trip_count`` (0-d int64) iterations carrying ``states``.
+
+    ``body(sub_ctx, iteration, states) -> new_states``; returns the final states.
+    """
+    sub = Subgraph(ctx, name)
+    iteration = sub.input(i64, [])
+    cond_in = sub.input(torch.bool, [])
+    state_in = [sub.input(dt) for dt in state_dtypes]
+    new_states = body(sub.ctx, iteration, state_in)
+    cond_out = sub.ctx.op.Identity(cond_in)
+    graph = sub.finish([cond_out, *new_states], [torch.bool, *state_dtypes])
+    results = ctx.op.Loop(trip_count, None, *states, body=graph, _outputs=len(states))
+    results = results if isinstance(results, tuple) else (results,)
+    for value, dtype in zip(results, state_dtypes):
+        value.dtype = _dtypes.to_ir(dtype)
+    return results
+
+
+# ---------------------------------------------------------------------------------- sorting
+def topk(ctx: Any, x: ir.Value, k: Any, ax: int, largest: bool) -> tuple[ir.Value, ir.Value]:
+    """TopK along ``ax`` that orders NaN as the largest value, like torch's sort and topk.
+
+    onnxruntime's TopK leaves NaNs wherever its comparisons put them, so float inputs are
+    ordered by a key with NaN replaced by +inf and the values are gathered from the input.
+    Ties keep their input order (TopK picks the lower index first), which is torch's stable
+    order. ``k`` is an int, a 0-d or a 1-D int64 value.
+    """
+    dtype = ctx.dtype(x)
+    work = reduce_dtype("TopK", dtype)
+    xw = ctx.cast(x, work)
+    if isinstance(k, ir.Value):
+        k = ctx.op.Reshape(ctx.cast(k, i64), [1])
+    else:
+        k = ctx.const([int(k)], i64)
+    if not work.is_floating_point:
+        values, indices = ctx.op.TopK(xw, k, axis=ax, largest=int(largest), sorted=1, _outputs=2)
+        values.dtype = xw.dtype
+        return ctx.cast(values, dtype), indices
+    key = ctx.op.Where(ctx.op.IsNaN(xw), ctx.const(float("inf"), work), xw)
+    _, indices = ctx.op.TopK(key, k, axis=ax, largest=int(largest), sorted=1, _outputs=2)
+    indices.dtype = ir.DataType.INT64
+    values = ctx.op.GatherElements(xw, indices, axis=ax)
+    return ctx.cast(values, dtype), indices

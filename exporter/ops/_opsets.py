@@ -1,0 +1,53 @@
+"""Which ONNX operators a target opset offers: the one place where translations choose by opset.
+
+A translation asks ``ctx.has("Gelu")`` instead of comparing opset numbers itself, so the
+opset story of the whole op library reads from this table.
+"""
+
+from __future__ import annotations
+
+MIN_OPSET = 17
+MAX_OPSET = 23
+DEFAULT_OPSET = 20
+
+#: ONNX operator (or behaviour) -> first default-domain opset that has it.
+INTRODUCED_IN: dict[str, int] = {
+    "LayerNormalization": 17,
+    "DFT": 17,
+    "STFT": 17,
+    "BlackmanWindow": 17,
+    "Col2Im": 18,
+    "ReduceMax-axes-input": 18,  # ReduceMax/Min/Prod/L1/L2/LogSum*/SumSquare take axes as an input
+    "Resize-antialias": 18,
+    "ScatterND-reduction-max": 18,
+    "Split-num_outputs": 18,
+    "BitwiseAnd": 18,
+    "BitwiseOr": 18,
+    "BitwiseXor": 18,
+    "BitwiseNot": 18,
+    "Mish": 18,
+    "Pad-axes": 18,
+    "DeformConv": 19,
+    "Gelu": 20,
+    "GridSample-nd": 20,
+    "AffineGrid": 20,
+    "DFT-axis-input": 20,
+    "ReduceMax-bool": 20,
+    "IsNaN-bf16": 20,
+    "IsInf-f16": 20,  # IsInf accepts float16 and bfloat16 from opset 20
+    "GroupNormalization": 21,
+    "Cast-int4": 21,
+    "Attention": 23,
+    "RMSNormalization": 23,
+    "RotaryEmbedding": 23,
+}
+
+
+def has(feature: str, opset: int) -> bool:
+    """True when ``feature`` (a key of INTRODUCED_IN) exists at ``opset``."""
+    try:
+        return opset >= INTRODUCED_IN[feature]
+    except KeyError:
+        raise KeyError(
+            f"Unknown ONNX feature {feature!r}; add it to exporter/ops/_opsets.py INTRODUCED_IN"
+        ) from None

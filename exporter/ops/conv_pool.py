@@ -1,0 +1,1269 @@
+"""Convolution, pooling, resampling: Conv/ConvTranspose, Max/AveragePool, adaptive pooling,
+Resize (interpolate), GridSample, im2col/col2im, max_unpool.
+
+onnxruntime's Conv, ConvTranspose, AveragePool and global pools only have float32 kernels
+(float16 runs through its own casts), so float64 computes in float32 and casts back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from exporter.ops._nn_helpers import (
+    FLOAT32_ONLY,
+    as_int_list,
+    compute_dtype,
+    dim_size,
+    prod_of_dims,
+    reduce,
+    reshape,
+    shape_slice,
+    used_outputs,
+)
+from exporter.ops._registry import translates
+
+aten = torch.ops.aten
+
+_MAXPOOL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8})
+_RESIZE_DTYPES = frozenset({torch.float32, torch.float16, torch.int32, torch.int8, torch.uint8})
+
+
+def _static(items, what):
+    """ATen SymInt[] layer hyper-parameters must be plain ints for ONNX attributes."""
+    if not all(isinstance(i, int) for i in items):
+        raise NotImplementedError(
+            f"{what}={items!r} depends on a dynamic size; ONNX needs it as a constant. Export "
+            f"with that dimension static (drop it from dynamic_shapes)."
+        )
+    return [int(i) for i in items]
+
+
+def _to_work(ctx, x, supported=FLOAT32_ONLY):
+    dtype = ctx.dtype(x)
+    work = compute_dtype(dtype, supported)
+    return ctx.cast(x, work), dtype
+
+
+def _batched(ctx, x, n_spatial):
+    """(C, *spatial) inputs get a batch axis for the ONNX op; returns x and whether it did."""
+    if ctx.rank(x) == n_spatial + 1:
+        return ctx.op.Unsqueeze(x, [0]), True
+    return x, False
+
+
+def _unbatch(ctx, y, added):
+    return ctx.op.Squeeze(y, [0]) if added else y
+
+
+# ------------------------------------------------------------------------------ convolution
+def _same_pads(kernel, dilation):
+    begin, end = [], []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        begin.append(total // 2)
+        end.append(total - total // 2)
+    return begin + end
+
+
+def _convolution(
+    ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    n = ctx.rank(weight) - 2
+    stride = _static(as_int_list(stride, n), "stride")
+    dilation = _static(as_int_list(dilation, n), "dilation")
+    groups = _static([groups], "groups")[0]
+    x, dtype = _to_work(ctx, input)
+    work = ctx.dtype(x)
+    w = ctx.cast(weight, work)
+    b = None if bias is None else ctx.cast(bias, work)
+    x, added = _batched(ctx, x, n)
+    if isinstance(padding, str):
+        kernel = ctx.static_shape(weight)
+        if padding == "valid":
+            pads = [0] * (2 * n)
+        elif kernel is not None:
+            pads = _same_pads(kernel[2:], dilation)
+        else:
+            # A kernel of dynamic size: pad d*(k-1) in total, the odd one at the end (as torch
+            # does), with sizes computed in the graph. (onnxruntime's SAME_UPPER rejects
+            # dilation.)
+            total = ctx.op.Mul(
+                ctx.op.Sub(ctx.op.Shape(weight, start=2), ctx.const(1, torch.int64)),
+                ctx.const(dilation, torch.int64),
+            )
+            begin = ctx.op.Div(total, ctx.const(2, torch.int64))
+            zeros = ctx.const([0, 0], torch.int64)
+            x = ctx.op.Pad(x, ctx.op.Concat(zeros, begin, zeros, ctx.op.Sub(total, begin), axis=0))
+            pads = [0] * (2 * n)
+    else:
+        pads = _static(as_int_list(padding, n), "padding") * 2
+    if transposed:
+        out_pad = _static(as_int_list(output_padding, n), "output_padding")
+        if all(o < s for o, s in zip(out_pad, stride)):
+            y = ctx.op.ConvTranspose(
+                x,
+                w,
+                b,
+                strides=stride,
+                pads=pads,
+                dilations=dilation,
+                group=groups,
+                output_padding=out_pad if any(out_pad) else None,
+            )
+        else:
+            # torch allows output_padding up to max(stride, dilation) - 1, onnxruntime only
+            # below stride. Extra output rows come from cropping less at the end; rows beyond
+            # the full transposed result are zeros (plus bias), so they are padded on.
+            begin = pads[:n]
+            end = [max(p - o, 0) for p, o in zip(begin, out_pad)]
+            grow = [max(o - p, 0) for p, o in zip(begin, out_pad)]
+            y = ctx.op.ConvTranspose(
+                x, w, None, strides=stride, pads=begin + end, dilations=dilation, group=groups
+            )
+            if any(grow):
+                y = ctx.op.Pad(y, ctx.const([0] * (n + 2) + [0, 0] + grow, torch.int64))
+            if b is not None:
+                y = ctx.op.Add(y, ctx.op.Reshape(b, [-1] + [1] * n))
+    else:
+        y = ctx.op.Conv(x, w, b, strides=stride, pads=pads, dilations=dilation, group=groups)
+    return ctx.cast(_unbatch(ctx, y, added), dtype)
+
+
+@translates(aten.convolution.default)
+def convolution(
+    ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    return _convolution(
+        ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+
+
+@translates(aten._convolution.default, aten._convolution.deprecated)
+def convolution_private(
+    ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *flags
+):
+    return _convolution(
+        ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+
+
+@translates(
+    aten.conv1d.default,
+    aten.conv2d.default,
+    aten.conv3d.default,
+    aten.conv1d.padding,
+    aten.conv2d.padding,
+    aten.conv3d.padding,
+)
+def conv(ctx, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _convolution(ctx, input, weight, bias, stride, padding, dilation, False, 0, groups)
+
+
+@translates(aten.conv_transpose1d.default, aten.conv_transpose2d.input, aten.conv_transpose3d.input)
+def conv_transpose(
+    ctx, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+):
+    return _convolution(
+        ctx, input, weight, bias, stride, padding, dilation, True, output_padding, groups
+    )
+
+
+# ---------------------------------------------------------------------------------- pooling
+def _pool_args(n, kernel_size, stride, padding, dilation=1):
+    kernel = _static(as_int_list(kernel_size, n), "kernel_size")
+    stride = _static(as_int_list(stride, n), "stride") if stride not in (None, [], ()) else kernel
+    pads = _static(as_int_list(padding, n), "padding") * 2
+    dilation = _static(as_int_list(dilation, n), "dilation")
+    return kernel, stride, pads, dilation
+
+
+def _ceil_output_sizes(ctx, self, n, kernel, strides, pads, dilations):
+    """torch's ceil_mode output sizes: ceil division, except that a last window starting
+    past the input and its left padding is dropped (onnxruntime keeps it)."""
+    rank = ctx.rank(self)
+    shape = ctx.shape(self)
+    sizes = []
+    static = True
+    for i in range(n):
+        size = shape[rank - n + i]
+        k, s, p, d = kernel[i], strides[i], pads[i], dilations[i]
+        if isinstance(size, int):
+            out = (size + 2 * p - d * (k - 1) - 1 + s - 1) // s + 1
+            if (out - 1) * s >= size + p:
+                out -= 1
+            sizes.append(ctx.const([out], torch.int64))
+        else:
+            static = False
+            length = dim_size(ctx, self, rank - n + i)
+            c = ctx.const
+            out = ctx.op.Add(
+                ctx.op.Div(
+                    ctx.op.Add(length, c([2 * p - d * (k - 1) - 1 + s - 1], torch.int64)),
+                    c([s], torch.int64),
+                ),
+                c([1], torch.int64),
+            )
+            past = ctx.op.GreaterOrEqual(
+                ctx.op.Mul(ctx.op.Sub(out, c([1], torch.int64)), c([s], torch.int64)),
+                ctx.op.Add(length, c([p], torch.int64)),
+            )
+            sizes.append(ctx.op.Sub(out, ctx.cast(past, torch.int64)))
+    del static
+    return ctx.op.Concat(*sizes, axis=0) if len(sizes) > 1 else sizes[0]
+
+
+def _crop_spatial(ctx, y, n, sizes):
+    """Keep the first ``sizes`` positions of the last n axes of an (N, C, *spatial) tensor."""
+    return ctx.op.Slice(
+        y, ctx.const([0] * n, torch.int64), sizes, ctx.const(list(range(2, 2 + n)), torch.int64)
+    )
+
+
+def _max_pool(ctx, n, self, kernel_size, stride, padding, dilation, ceil_mode, with_indices):
+    kernel, strides, pads, dilations = _pool_args(n, kernel_size, stride, padding, dilation)
+    x, dtype = _to_work(ctx, self, _MAXPOOL_DTYPES)
+    x, added = _batched(ctx, x, n)
+    attrs = dict(
+        kernel_shape=kernel,
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        ceil_mode=int(bool(ceil_mode)),
+    )
+    if with_indices:
+        y, flat = ctx.op.MaxPool(x, _outputs=2, **attrs)
+        flat.dtype = ir.DataType.INT64  # the builder gives every output the input's dtype
+    else:
+        y, flat = ctx.op.MaxPool(x, **attrs), None
+    if ceil_mode:
+        sizes = _ceil_output_sizes(ctx, self, n, kernel, strides, pads, dilations)
+        y = _crop_spatial(ctx, y, n, sizes)
+        flat = None if flat is None else _crop_spatial(ctx, flat, n, sizes)
+    y = ctx.cast(_unbatch(ctx, y, added), dtype)
+    if flat is None:
+        return y
+    # ONNX indexes into the whole (N, C, *spatial) tensor, torch into each channel's plane.
+    plane = prod_of_dims(ctx, self, ctx.rank(self) - n)
+    return y, _unbatch(ctx, ctx.op.Mod(flat, plane), added)
+
+
+def _max_pool_translation(n, with_indices):
+    def translation(ctx, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        return _max_pool(
+            ctx, n, self, kernel_size, stride, padding, dilation, ceil_mode, with_indices
+        )
+
+    return translation
+
+
+for _n in (1, 2, 3):
+    translates(getattr(aten, f"max_pool{_n}d").default)(_max_pool_translation(_n, False))
+    translates(getattr(aten, f"max_pool{_n}d_with_indices").default)(
+        _max_pool_translation(_n, True)
+    )
+
+
+def _avg_pool(
+    ctx, n, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    kernel, strides, pads, dilations = _pool_args(n, kernel_size, stride, padding)
+    x, dtype = _to_work(ctx, self)
+    x, added = _batched(ctx, x, n)
+    if divisor_override:
+        # The window sum divided by a fixed number: a depthwise convolution with ones.
+        y = _window_sum(ctx, x, n, kernel, strides, pads, ceil_mode)
+        y = ctx.op.Div(y, ctx.scalar(float(divisor_override), ctx.dtype(x)))
+    else:
+        y = ctx.op.AveragePool(
+            x,
+            kernel_shape=kernel,
+            strides=strides,
+            pads=pads,
+            ceil_mode=int(bool(ceil_mode)),
+            count_include_pad=int(bool(count_include_pad)),
+        )
+    if ceil_mode:
+        y = _crop_spatial(
+            ctx, y, n, _ceil_output_sizes(ctx, self, n, kernel, strides, pads, dilations)
+        )
+    return ctx.cast(_unbatch(ctx, y, added), dtype)
+
+
+def _window_sum(ctx, x, n, kernel, strides, pads, ceil_mode):
+    """Sum over pooling windows of an (N, C, *spatial) tensor, via a ones-kernel Conv per plane.
+
+    Zero padding leaves sums unchanged, so ceil_mode is extra padding at the end (the caller
+    crops to torch's output size)."""
+    work = ctx.dtype(x)
+    planes = ctx.op.Reshape(
+        x, ctx.op.Concat(ctx.const([-1, 1], torch.int64), ctx.op.Shape(x, start=2), axis=0)
+    )
+    ones = ctx.const(np.ones([1, 1, *kernel], dtype=np.float32), work)
+    if ceil_mode:
+        pads = pads[:n] + [p + s - 1 for p, s in zip(pads[n:], strides)]
+    summed = ctx.op.Conv(planes, ones, strides=strides, pads=pads)
+    return ctx.op.Reshape(
+        summed,
+        ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.op.Shape(summed, start=2), axis=0),
+        allowzero=1,
+    )
+
+
+def _avg_pool_translation(n):
+    def translation(
+        ctx,
+        self,
+        kernel_size,
+        stride=(),
+        padding=0,
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
+        return _avg_pool(
+            ctx,
+            n,
+            self,
+            kernel_size,
+            stride,
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
+
+    return translation
+
+
+for _n in (1, 2, 3):
+    translates(getattr(aten, f"avg_pool{_n}d").default)(_avg_pool_translation(_n))
+
+
+# ------------------------------------------------------------------------- adaptive pooling
+def _windows(out_size: int, in_size: int) -> list[tuple[int, int]]:
+    """torch's adaptive pooling windows: [floor(i*in/out), ceil((i+1)*in/out))."""
+    return [
+        ((i * in_size) // out_size, -(-((i + 1) * in_size) // out_size)) for i in range(out_size)
+    ]
+
+
+def _window_mask(ctx, x, axis, out_size):
+    """(out, in) bool mask of which input positions each output cell pools over.
+
+    ``out_size`` is an int or a 0-d int64 value (a symbolic size)."""
+    in_size = ctx.shape(x)[axis]
+    if isinstance(in_size, int) and isinstance(out_size, int):
+        mask = np.zeros((out_size, in_size), dtype=bool)
+        for i, (s, e) in enumerate(_windows(out_size, in_size)):
+            mask[i, s:e] = True
+        return ctx.const(mask, torch.bool)
+    one = ctx.scalar(1, torch.int64)
+    length = ctx.op.Squeeze(dim_size(ctx, x, axis), [0])
+    out_ = ctx.scalar(out_size, torch.int64)
+    cells = ctx.op.Unsqueeze(ctx.op.Range(ctx.scalar(0, torch.int64), out_, one), [1])
+    start = ctx.op.Div(ctx.op.Mul(cells, length), out_)
+    end = ctx.op.Div(
+        ctx.op.Sub(ctx.op.Add(ctx.op.Mul(ctx.op.Add(cells, one), length), out_), one), out_
+    )
+    positions = ctx.op.Range(ctx.scalar(0, torch.int64), length, one)
+    return ctx.op.And(ctx.op.GreaterOrEqual(positions, start), ctx.op.Less(positions, end))
+
+
+def _move_last(ctx, x, axis, rank):
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    back = [0] * rank
+    for i, p in enumerate(perm):
+        back[p] = i
+    return perm, back
+
+
+def _adaptive_out_sizes(ctx, self, output_size):
+    """Output sizes as ints where known, else 0-d values; None marks an axis whose output size
+    is the input's own (symbolic) size, which adaptive pooling leaves untouched."""
+    n = len(output_size)
+    shape = ctx.shape(self)[-n:]
+    sizes = []
+    for out, dim in zip(output_size, shape):
+        if isinstance(out, ir.Value):
+            meta = ctx.meta(out)
+            if isinstance(dim, int):
+                out = dim if meta is not None and _same_size(meta, dim) else out
+            elif meta is not None and _same_size(meta, dim):
+                out = None
+        sizes.append(out)
+    return sizes
+
+
+def _same_size(a, b) -> bool:
+    def expr(v):
+        return v.node.expr if isinstance(v, torch.SymInt) else v
+
+    try:
+        return bool(expr(a) == expr(b))
+    except Exception:
+        return False
+
+
+def _adaptive_avg(ctx, self, output_size):
+    n = len(output_size)
+    out_sizes = _adaptive_out_sizes(ctx, self, output_size)
+    x, dtype = _to_work(ctx, self, {torch.float32, torch.float64, torch.float16})
+    rank = ctx.rank(self)
+    axes = list(range(rank - n, rank))
+    if all(o == 1 for o in out_sizes):
+        return ctx.cast(reduce(ctx, "ReduceMean", x, axes, 1), dtype)
+    shape = ctx.shape(self)
+    in_sizes = shape[rank - n :]
+    if (
+        all(
+            isinstance(s, int) and isinstance(o, int) and o > 0 and s % o == 0
+            for s, o in zip(in_sizes, out_sizes)
+        )
+        and dtype != torch.float64
+    ):
+        kernel = [s // o for s, o in zip(in_sizes, out_sizes)]
+        xb, added = _batched(ctx, ctx.cast(x, torch.float32), n)
+        y = ctx.op.AveragePool(xb, kernel_shape=kernel, strides=kernel)
+        return ctx.cast(_unbatch(ctx, y, added), dtype)
+    if 0 in in_sizes or 0 in shape[: rank - n]:
+        # Nothing to pool (and onnxruntime's broadcasting MatMul rejects empty batches).
+        sizes = [
+            dim_size(ctx, self, axis) if o is None else ctx.ints([o])
+            for axis, o in zip(axes, out_sizes)
+        ]
+        out_shape = ctx.op.Concat(shape_slice(ctx, self, 0, rank - n), *sizes, axis=0)
+        return ctx.op.Expand(ctx.scalar(0, dtype), out_shape)
+    # Separable: each axis is a matrix product with its (out, in) averaging matrix, applied
+    # from the right for the last axis and from the left for the one before it.
+    work = ctx.dtype(x)
+    y = x
+    for axis, out_size in zip(axes, out_sizes):
+        if out_size is None:
+            continue
+        weights = _averaging_matrix(ctx, self, axis, out_size, work)
+        if axis == rank - 1:
+            y = ctx.op.MatMul(y, ctx.op.Transpose(weights, perm=[1, 0]))
+        elif axis == rank - 2:
+            y = ctx.op.MatMul(weights, y)
+        else:
+            perm, back = _move_last(ctx, y, axis, rank)
+            moved = ctx.op.Transpose(y, perm=perm)
+            y = ctx.op.Transpose(
+                ctx.op.MatMul(moved, ctx.op.Transpose(weights, perm=[1, 0])), perm=back
+            )
+    return ctx.cast(y, dtype)
+
+
+def _averaging_matrix(ctx, x, axis, out_size, dtype):
+    in_size = ctx.shape(x)[axis]
+    if isinstance(in_size, int) and isinstance(out_size, int):
+        matrix = np.zeros((out_size, in_size), dtype=np.float64)
+        for i, (s, e) in enumerate(_windows(out_size, in_size)):
+            matrix[i, s:e] = 1.0 / (e - s)
+        return ctx.const(matrix, dtype)
+    mask = ctx.cast(_window_mask(ctx, x, axis, out_size), dtype)
+    return ctx.op.Div(mask, reduce(ctx, "ReduceSum", mask, [1], 1))
+
+
+@translates(
+    aten.adaptive_avg_pool1d.default,
+    aten.adaptive_avg_pool2d.default,
+    aten.adaptive_avg_pool3d.default,
+    aten._adaptive_avg_pool2d.default,
+    aten._adaptive_avg_pool3d.default,
+)
+def adaptive_avg_pool(ctx, self, output_size):
+    return _adaptive_avg(ctx, self, as_int_list(output_size, 1))
+
+
+def _adaptive_max(ctx, self, output_size, want_indices):
+    n = len(output_size)
+    out_sizes = _adaptive_out_sizes(ctx, self, output_size)
+    x, dtype = _to_work(ctx, self, _MAXPOOL_DTYPES - {torch.int8, torch.uint8})
+    work = ctx.dtype(x)
+    rank = ctx.rank(self)
+    axes = list(range(rank - n, rank))
+    shape = ctx.shape(self)
+    if all(o == 1 for o in out_sizes) and not want_indices:
+        return ctx.cast(reduce(ctx, "ReduceMax", x, axes, 1), dtype), None
+    in_sizes = shape[rank - n :]
+    if all(
+        isinstance(s, int) and isinstance(o, int) and o > 0 and s % o == 0
+        for s, o in zip(in_sizes, out_sizes)
+    ):
+        kernel = [s // o for s, o in zip(in_sizes, out_sizes)]
+        if want_indices:
+            return _max_pool(ctx, n, self, kernel, kernel, 0, 1, False, True)
+        return _max_pool(ctx, n, self, kernel, kernel, 0, 1, False, False), None
+    # Separable, last axis first: a masked max over each window. For indices, every axis
+    # keeps the argmax position of the axes already reduced (gathered along the next one).
+    low = ctx.scalar(float("-inf"), work)
+    y = x
+    positions = []  # per reduced axis (last first): index tensors in the current layout
+    for axis, out_size in reversed(list(zip(axes, out_sizes))):
+        if out_size is None:  # identity axis: its windows are single positions
+            out_size = ctx.op.Squeeze(dim_size(ctx, self, axis), [0])
+        mask = _window_mask(ctx, self, axis, out_size)  # (out, in)
+        perm, back = _move_last(ctx, y, axis, rank)
+        moved = ctx.op.Transpose(y, perm=perm) if axis != rank - 1 else y
+        spread = ctx.op.Where(mask, ctx.op.Unsqueeze(moved, [-2]), low)  # (..., out, in)
+        pooled = reduce(ctx, "ReduceMax", spread, [-1], 0)
+        if want_indices:
+            arg = ctx.op.ArgMax(spread, axis=-1, keepdims=0)  # (..., out)
+            moved_positions = []
+            for p in positions:
+                pm = ctx.op.Transpose(p, perm=perm) if axis != rank - 1 else p
+                # Each earlier index tensor has `in` entries along this axis; keep the winner's.
+                moved_positions.append(ctx.op.GatherElements(pm, arg, axis=-1))
+            positions = [
+                ctx.op.Transpose(p, perm=back) if axis != rank - 1 else p for p in moved_positions
+            ]
+            positions.append(ctx.op.Transpose(arg, perm=back) if axis != rank - 1 else arg)
+        y = ctx.op.Transpose(pooled, perm=back) if axis != rank - 1 else pooled
+    values = ctx.cast(y, dtype)
+    if not want_indices:
+        return values, None
+    # positions[k] is the index along axes[-1-k]; flatten them row-major over the input plane.
+    flat = None
+    for k, axis in enumerate(reversed(axes)):
+        term = positions[k]
+        stride = prod_of_dims(ctx, self, axis + 1) if axis + 1 < rank else None
+        if stride is not None:
+            term = ctx.op.Mul(term, stride)
+        flat = term if flat is None else ctx.op.Add(flat, term)
+    return values, flat
+
+
+def _adaptive_max_translation(ctx, self, output_size):
+    want = 1 in used_outputs(ctx)
+    values, indices = _adaptive_max(ctx, self, as_int_list(output_size, 1), want)
+    return values, indices
+
+
+translates(
+    aten.adaptive_max_pool1d.default,
+    aten.adaptive_max_pool2d.default,
+    aten.adaptive_max_pool3d.default,
+)(_adaptive_max_translation)
+
+
+# ------------------------------------------------------------------------------- resampling
+def _scales_from(scale_factors, n):
+    if scale_factors is None:
+        return None
+    scales = [float(s) for s in as_int_list(list(scale_factors), n)]
+    return scales if all(s is not None for s in scales) else None
+
+
+def _resize(ctx, input, n, mode, output_size, scales, *, align_corners=False, nearest_exact=False):
+    """Resize the last ``n`` axes; torch gives either output sizes or per-axis scale factors."""
+    x, dtype = _to_work(ctx, input, _RESIZE_DTYPES if mode == "nearest" else FLOAT32_ONLY)
+    rank = ctx.rank(input)
+    # onnxruntime interpolates (bi)linearly only over the last 2 axes of 4-D or last 3 of 5-D,
+    # so a 1-D linear resize runs as a 2-D one over a unit axis.
+    lift = mode == "linear" and n == 1
+    if lift:
+        x = ctx.op.Unsqueeze(x, [rank - 1])
+        rank, n = rank + 1, 2
+        scales = None if scales is None else [1.0, *scales]
+        output_size = None if output_size is None else [1, *output_size]
+    if mode == "nearest":
+        transform = "half_pixel" if nearest_exact else "asymmetric"
+        extra = dict(nearest_mode="round_prefer_ceil" if nearest_exact else "floor")
+    else:
+        transform = "align_corners" if align_corners else "half_pixel"
+        # torch's bicubic is Keys' kernel with a = -0.75.
+        extra = dict(cubic_coeff_a=-0.75) if mode == "cubic" else {}
+    if scales is not None:
+        scales_value = ctx.const([1.0] * (rank - n) + list(scales), torch.float32)
+        y = ctx.op.Resize(
+            x, None, scales_value, mode=mode, coordinate_transformation_mode=transform, **extra
+        )
+    else:
+        sizes = (
+            ctx.op.Concat(
+                shape_slice(ctx, input, 0, ctx.rank(input) - (n - lift)),
+                ctx.ints(list(output_size)),
+                axis=0,
+            )
+            if not lift
+            else ctx.op.Concat(
+                shape_slice(ctx, input, 0, ctx.rank(input) - 1), ctx.ints(list(output_size)), axis=0
+            )
+        )
+        y = ctx.op.Resize(
+            x, None, None, sizes, mode=mode, coordinate_transformation_mode=transform, **extra
+        )
+    if lift:
+        y = ctx.op.Squeeze(y, [rank - 2])
+    return ctx.cast(y, dtype)
+
+
+def _resize_default_scales(ctx, self, output_size, scales):
+    """The ``.default`` overloads pass output sizes and optional per-axis scales.
+
+    torch maps coordinates with the scales when given; Resize can take scales only when they
+    also produce the requested sizes (floor(in * scale)), otherwise sizes rule."""
+    if not scales or any(s is None for s in scales):
+        return None
+    n = len(scales)
+    in_sizes = ctx.shape(self)[-n:]
+    for size, out, scale in zip(in_sizes, output_size, scales):
+        if not (isinstance(size, int) and isinstance(out, int)) or int(size * scale) != out:
+            return None
+    return [float(s) for s in scales]
+
+
+def _aa_filter(x: float, cubic: bool) -> float:
+    x = abs(x)
+    if not cubic:
+        return 1.0 - x if x < 1.0 else 0.0
+    a = -0.5  # torch's antialiased bicubic uses a = -0.5, as PIL does
+    if x < 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
+
+
+def _aa_matrix(
+    in_size: int, out_size: int, align_corners: bool, scale: float | None, cubic: bool
+) -> np.ndarray:
+    """torch's antialiased interpolation weights for one axis as an (out, in) matrix.
+
+    The filter widens with the downscaling factor and is truncated at the borders, where the
+    remaining weights are renormalised (onnxruntime's Resize(antialias=1) differs there)."""
+    if align_corners:
+        step = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        step = 1.0 / scale if scale else in_size / out_size
+    half_width = 2.0 if cubic else 1.0
+    support = half_width * step if step >= 1.0 else half_width
+    invscale = 1.0 / step if step >= 1.0 else 1.0
+    matrix = np.zeros((out_size, in_size), dtype=np.float64)
+    for i in range(out_size):
+        center = step * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), in_size)
+        weights = [_aa_filter((j - center + 0.5) * invscale, cubic) for j in range(lo, hi)]
+        total = sum(weights)
+        for j, w in zip(range(lo, hi), weights):
+            matrix[i, j] = w / total if total != 0 else w
+    return matrix
+
+
+def _aa_weights(ctx, in_len, out_len, align_corners, scale, cubic, dtype):
+    """_aa_matrix built in the graph, for symbolic sizes (0-d int64 ``in_len``/``out_len``)."""
+    f = ctx.cast
+    one = ctx.scalar(1.0, dtype)
+    half = ctx.scalar(0.5, dtype)
+    zero = ctx.scalar(0.0, dtype)
+    n_in, n_out = f(in_len, dtype), f(out_len, dtype)
+    if align_corners:
+        step = ctx.op.Where(
+            ctx.op.Greater(n_out, one),
+            ctx.op.Div(ctx.op.Sub(n_in, one), ctx.op.Max(ctx.op.Sub(n_out, one), one)),
+            zero,
+        )
+    elif scale:
+        step = ctx.scalar(1.0 / scale, dtype)
+    else:
+        step = ctx.op.Div(n_in, n_out)
+    widening = ctx.op.GreaterOrEqual(step, one)
+    half_width = ctx.scalar(2.0 if cubic else 1.0, dtype)
+    support = ctx.op.Where(widening, ctx.op.Mul(half_width, step), half_width)
+    invscale = ctx.op.Where(widening, ctx.op.Div(one, step), one)
+    i64 = torch.int64
+    cells = f(ctx.op.Range(ctx.scalar(0, i64), ctx.scalar(out_len, i64), ctx.scalar(1, i64)), dtype)
+    center = ctx.op.Unsqueeze(ctx.op.Mul(step, ctx.op.Add(cells, half)), [1])  # (out, 1)
+    j = f(ctx.op.Range(ctx.scalar(0, i64), in_len, ctx.scalar(1, i64)), dtype)  # (in,)
+    lo = ctx.op.Max(ctx.op.Floor(ctx.op.Add(ctx.op.Sub(center, support), half)), zero)
+    hi = ctx.op.Min(ctx.op.Floor(ctx.op.Add(ctx.op.Add(center, support), half)), n_in)
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(j, lo), ctx.op.Less(j, hi))
+    x = ctx.op.Abs(ctx.op.Mul(ctx.op.Add(ctx.op.Sub(j, center), half), invscale))
+    if cubic:
+        a = -0.5
+        c = ctx.scalar
+        near = ctx.op.Add(
+            ctx.op.Mul(
+                ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(c(a + 2, dtype), x), c(a + 3, dtype)), x), x
+            ),
+            one,
+        )
+        far = ctx.op.Mul(
+            ctx.op.Sub(
+                ctx.op.Mul(
+                    ctx.op.Add(ctx.op.Mul(ctx.op.Sub(x, c(5.0, dtype)), x), c(8.0, dtype)), x
+                ),
+                c(4.0, dtype),
+            ),
+            c(a, dtype),
+        )
+        w = ctx.op.Where(
+            ctx.op.Less(x, one), near, ctx.op.Where(ctx.op.Less(x, c(2.0, dtype)), far, zero)
+        )
+    else:
+        w = ctx.op.Max(ctx.op.Sub(one, x), zero)
+    w = ctx.op.Where(inside, w, zero)
+    total = reduce(ctx, "ReduceSum", w, [1], 1)
+    return ctx.op.Div(w, ctx.op.Where(ctx.op.Equal(total, zero), one, total))
+
+
+def _resize_antialiased(ctx, input, output_size, scales, align_corners, cubic):
+    """Separable antialiased resize of the last two axes: rows, then columns, as MatMuls."""
+    x, dtype = _to_work(ctx, input, {torch.float32, torch.float64})
+    work = ctx.dtype(x)
+    in_sizes = list(ctx.shape(input)[-2:])
+    scales = scales or [None, None]
+    matrices = []
+    for axis, (size, scale) in enumerate(zip(in_sizes, scales)):
+        out = output_size[axis] if output_size is not None else None
+        if isinstance(size, int) and (isinstance(out, int) or out is None):
+            out = int(size * scale) if out is None else out
+            matrices.append(ctx.const(_aa_matrix(size, out, align_corners, scale, cubic), work))
+            continue
+        length = ctx.op.Squeeze(dim_size(ctx, input, ctx.rank(input) - 2 + axis), [0])
+        if out is None:
+            out = ctx.op.Cast(
+                ctx.op.Floor(
+                    ctx.op.Mul(
+                        ctx.cast(length, torch.float64), ctx.scalar(float(scale), torch.float64)
+                    )
+                ),
+                to=ir.DataType.INT64,
+            )
+        matrices.append(_aa_weights(ctx, length, out, align_corners, scale, cubic, work))
+    y = ctx.op.MatMul(matrices[0], x)
+    y = ctx.op.MatMul(y, ctx.op.Transpose(matrices[1], perm=[1, 0]))
+    return ctx.cast(y, dtype)
+
+
+def _register_resize(name, n, mode, *, has_align, nearest_exact=False):
+    packet = getattr(aten, name)
+
+    if has_align:
+
+        def vec(ctx, input, output_size, align_corners, scale_factors):
+            scales = _scales_from(scale_factors, n) if output_size is None else None
+            return _resize(ctx, input, n, mode, output_size, scales, align_corners=align_corners)
+
+        def default(ctx, self, output_size, align_corners, *scales):
+            return _resize(
+                ctx,
+                self,
+                n,
+                mode,
+                output_size,
+                _resize_default_scales(ctx, self, output_size, scales),
+                align_corners=align_corners,
+            )
+    else:
+
+        def vec(ctx, input, output_size, scale_factors):
+            scales = _scales_from(scale_factors, n) if output_size is None else None
+            return _resize(ctx, input, n, mode, output_size, scales, nearest_exact=nearest_exact)
+
+        def default(ctx, self, output_size, *scales):
+            return _resize(
+                ctx,
+                self,
+                n,
+                mode,
+                output_size,
+                _resize_default_scales(ctx, self, output_size, scales),
+                nearest_exact=nearest_exact,
+            )
+
+    translates(packet.vec)(vec)
+    translates(packet.default)(default)
+
+
+def _register_antialiased(name, cubic):
+    packet = getattr(aten, name)
+
+    def vec(ctx, input, output_size, align_corners, scale_factors):
+        scales = _scales_from(scale_factors, 2)
+        return _resize_antialiased(ctx, input, output_size, scales, align_corners, cubic)
+
+    def default(ctx, self, output_size, align_corners, scales_h=None, scales_w=None):
+        scales = [scales_h, scales_w] if scales_h is not None and scales_w is not None else None
+        return _resize_antialiased(ctx, self, output_size, scales, align_corners, cubic)
+
+    translates(packet.vec)(vec)
+    translates(packet.default)(default)
+
+
+for _n, _d in ((1, "1d"), (2, "2d"), (3, "3d")):
+    _register_resize(f"upsample_nearest{_d}", _n, "nearest", has_align=False)
+    _register_resize(
+        f"_upsample_nearest_exact{_d}", _n, "nearest", has_align=False, nearest_exact=True
+    )
+_register_resize("upsample_linear1d", 1, "linear", has_align=True)
+_register_resize("upsample_bilinear2d", 2, "linear", has_align=True)
+_register_resize("upsample_trilinear3d", 3, "linear", has_align=True)
+_register_resize("upsample_bicubic2d", 2, "cubic", has_align=True)
+_register_antialiased("_upsample_bilinear2d_aa", cubic=False)
+_register_antialiased("_upsample_bicubic2d_aa", cubic=True)
+
+
+_GRID_MODES_16 = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
+_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+def _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    x, dtype = _to_work(ctx, input, {torch.float32, torch.float64, torch.float16})
+    g = ctx.cast(grid, ctx.dtype(x))
+    modes = _GRID_MODES_20 if ctx.has("GridSample-nd") else _GRID_MODES_16
+    y = ctx.op.GridSample(
+        x,
+        g,
+        mode=modes[int(interpolation_mode)],
+        padding_mode=_GRID_PADDING[int(padding_mode)],
+        align_corners=int(bool(align_corners)),
+    )
+    return ctx.cast(y, dtype)
+
+
+@translates(aten.grid_sampler_2d.default)
+def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@translates(aten.grid_sampler_3d.default)
+def grid_sampler_3d(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    if not ctx.has("GridSample-nd"):
+        raise NotImplementedError(
+            "5-D grid_sample needs GridSample over N-D inputs (ONNX opset 20); export with "
+            "opset_version >= 20"
+        )
+    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@translates(aten.grid_sampler.default)
+def grid_sampler(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    if ctx.rank(input) == 5:
+        return grid_sampler_3d(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def _base_coords(ctx, size, align_corners, dtype):
+    """torch's normalised pixel centres in [-1, 1] for an axis of ``size`` points (1-D)."""
+    count = ctx.op.Squeeze(ctx.ints([size]), [0])
+    steps = ctx.cast(
+        ctx.op.Range(ctx.scalar(0, torch.int64), count, ctx.scalar(1, torch.int64)), dtype
+    )
+    n = ctx.cast(count, dtype)
+    one = ctx.scalar(1.0, dtype)
+    two = ctx.scalar(2.0, dtype)
+    if align_corners:
+        # linspace(-1, 1, size); a single point sits at -1 (torch's linspace with steps=1).
+        denom = ctx.op.Max(ctx.op.Sub(n, one), one)
+        return ctx.op.Sub(ctx.op.Div(ctx.op.Mul(steps, two), denom), one)
+    return ctx.op.Sub(ctx.op.Div(ctx.op.Add(ctx.op.Mul(steps, two), one), n), one)
+
+
+@translates(aten.affine_grid_generator.default)
+def affine_grid_generator(ctx, theta, size, align_corners):
+    t, dtype = _to_work(ctx, theta, {torch.float32, torch.float64})
+    work = ctx.dtype(t)
+    if ctx.has("AffineGrid"):
+        return ctx.cast(
+            ctx.op.AffineGrid(t, ctx.ints(list(size)), align_corners=int(bool(align_corners))),
+            dtype,
+        )
+    spatial = list(size)[2:]
+    n = len(spatial)
+    # Homogeneous base grid (*spatial, n + 1) with x varying fastest, then grid = base @ theta^T.
+    coords = [_base_coords(ctx, s, align_corners, work) for s in reversed(spatial)]  # x, y, z
+    full = ctx.ints(spatial)
+    axes_ = []
+    for k, c in enumerate(coords):
+        axis = n - 1 - k  # x runs along the last spatial axis
+        shape = [1] * n
+        shape[axis] = -1
+        axes_.append(ctx.op.Unsqueeze(ctx.op.Expand(ctx.op.Reshape(c, shape), full), [-1]))
+    ones = ctx.op.Unsqueeze(ctx.op.Expand(ctx.scalar(1.0, work), full), [-1])
+    base = ctx.op.Concat(*axes_, ones, axis=-1)  # (*spatial, n + 1)
+    flat = ctx.op.Reshape(base, [1, -1, n + 1])
+    grid = ctx.op.MatMul(flat, ctx.op.Transpose(t, perm=[0, 2, 1]))  # (N, prod, n)
+    out_shape = ctx.op.Concat(ctx.ints([size[0]]), full, ctx.const([n], torch.int64), axis=0)
+    return ctx.cast(ctx.op.Reshape(grid, out_shape), dtype)
+
+
+# ------------------------------------------------------------------------ im2col / col2im
+def _one_hot_kernels(kernel):
+    k = int(np.prod(kernel))
+    weights = np.zeros([k, 1, *kernel], dtype=np.float32)
+    for i, idx in enumerate(np.ndindex(*kernel)):
+        weights[(i, 0, *idx)] = 1.0
+    return weights
+
+
+@translates(aten.im2col.default)
+def im2col(ctx, self, kernel_size, dilation, padding, stride):
+    # Each (sample, channel) plane convolved with one-hot kernels yields one output channel per
+    # kernel offset: exactly unfold's column layout once the planes are regrouped.
+    kernel, strides, pads, dilations = _pool_args(2, kernel_size, stride, padding, dilation)
+    x, dtype = _to_work(ctx, self)
+    work = ctx.dtype(x)
+    unbatched = ctx.rank(self) == 3
+    n = ctx.const([1], torch.int64) if unbatched else dim_size(ctx, self, 0)
+    channels = dim_size(ctx, self, -3)
+    planes = reshape(ctx, x, ctx.op.Mul(n, channels), [1], shape_slice(ctx, self, -2))
+    cols = ctx.op.Conv(
+        planes,
+        ctx.const(_one_hot_kernels(kernel), work),
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+    )
+    k = int(np.prod(kernel))
+    blocks = ctx.op.ReduceProd(ctx.op.Shape(cols, start=2), keepdims=1)
+    out = reshape(
+        ctx, cols, [] if unbatched else n, ctx.op.Mul(channels, ctx.const([k], torch.int64)), blocks
+    )
+    return ctx.cast(out, dtype)
+
+
+@translates(aten.col2im.default)
+def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
+    kernel, strides, pads, dilations = _pool_args(2, kernel_size, stride, padding, dilation)
+    x, dtype = _to_work(ctx, self)
+    added = ctx.rank(self) == 2
+    if added:
+        x = ctx.op.Unsqueeze(x, [0])
+    if ctx.has("Col2Im"):
+        y = ctx.op.Col2Im(
+            x,
+            ctx.ints(list(output_size)),
+            ctx.const(kernel, torch.int64),
+            dilations=dilations,
+            pads=pads,
+            strides=strides,
+        )
+        return ctx.cast(_unbatch(ctx, y, added), dtype)
+    # Opset 17: the adjoint of im2col, a transposed convolution with one-hot kernels per plane.
+    out_hw = _static(list(output_size), "output_size")
+    blocks = [
+        (o + 2 * p - d * (k - 1) - 1) // s + 1
+        for o, p, d, k, s in zip(out_hw, pads[:2], dilations, kernel, strides)
+    ]
+    k = int(np.prod(kernel))
+    work = ctx.dtype(x)
+    n = dim_size(ctx, self, 0) if not added else ctx.const([1], torch.int64)
+    channels = ctx.op.Div(dim_size(ctx, self, -2), ctx.const([k], torch.int64))
+    planes = reshape(ctx, x, ctx.op.Mul(n, channels), [k], blocks)
+    full = [
+        s * (b - 1) + d * (kk - 1) + 1 - 2 * p
+        for s, b, d, kk, p in zip(strides, blocks, dilations, kernel, pads[:2])
+    ]
+    extra = [o - f for o, f in zip(out_hw, full)]
+    y = ctx.op.ConvTranspose(
+        planes,
+        ctx.const(_one_hot_kernels(kernel), work),
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        output_padding=extra if any(extra) else None,
+    )
+    y = reshape(ctx, y, n, channels, out_hw)
+    return ctx.cast(_unbatch(ctx, y, added), dtype)
+
+
+# ------------------------------------------------------------------------------- max_unpool
+def _max_unpool(ctx, self, indices, output_size):
+    n = len(output_size)
+    rank = ctx.rank(self)
+    lead = shape_slice(ctx, self, 0, rank - n)
+    sizes = ctx.ints(list(output_size))
+    flat_values = reshape(ctx, self, lead, prod_of_dims(ctx, self, rank - n))
+    flat_indices = reshape(
+        ctx, ctx.cast(indices, torch.int64), lead, prod_of_dims(ctx, indices, rank - n)
+    )
+    zeros = ctx.op.Expand(
+        ctx.scalar(0, ctx.dtype(self)),
+        ctx.op.Concat(lead, ctx.op.ReduceProd(sizes, keepdims=1), axis=0),
+    )
+    scattered = ctx.op.ScatterElements(zeros, flat_indices, flat_values, axis=-1)
+    return ctx.op.Reshape(scattered, ctx.op.Concat(lead, sizes, axis=0), allowzero=1)
+
+
+@translates(aten.max_unpool2d.default)
+def max_unpool2d(ctx, self, indices, output_size):
+    return _max_unpool(ctx, self, indices, output_size)
+
+
+@translates(aten.max_unpool3d.default)
+def max_unpool3d(ctx, self, indices, output_size, stride, padding):
+    return _max_unpool(ctx, self, indices, output_size)
+
+
+# ------------------------------------------------------------------------ backward (core ATen)
+# Training graphs carry these; inference exports never do. Each is the adjoint of the forward
+# translation: a transposed convolution, a scatter, or the transposed pooling matrices.
+def _conv_weight_grad(ctx, input, grad_output, weight_shape, stride, padding, dilation, groups):
+    """d(loss)/d(weight) of a (non-transposed) convolution: a convolution of the input with the
+    output gradient, batch and channel axes exchanged, strides and dilations swapped."""
+    n = len(weight_shape) - 2
+    work = ctx.dtype(input)
+    spatial = list(range(3, 3 + n))
+    lead_x = [2, 1, 0]  # (N, G, Ci) -> (Ci, G, N)
+    x = reshape(
+        ctx,
+        input,
+        dim_size(ctx, input, 0),
+        [groups],
+        ctx.op.Div(dim_size(ctx, input, 1), ctx.const([groups], torch.int64)),
+        shape_slice(ctx, input, 2),
+    )
+    x = ctx.op.Transpose(x, perm=lead_x + spatial)
+    x = reshape(
+        ctx,
+        x,
+        ctx.op.Div(dim_size(ctx, input, 1), ctx.const([groups], torch.int64)),
+        ctx.op.Mul(dim_size(ctx, input, 0), ctx.const([groups], torch.int64)),
+        shape_slice(ctx, input, 2),
+    )
+    g = reshape(
+        ctx,
+        grad_output,
+        dim_size(ctx, grad_output, 0),
+        [groups],
+        ctx.op.Div(dim_size(ctx, grad_output, 1), ctx.const([groups], torch.int64)),
+        shape_slice(ctx, grad_output, 2),
+    )
+    g = ctx.op.Transpose(g, perm=[1, 2, 0] + spatial)  # (G, Co, N, *)
+    g = reshape(
+        ctx,
+        g,
+        dim_size(ctx, grad_output, 1),
+        dim_size(ctx, grad_output, 0),
+        shape_slice(ctx, grad_output, 2),
+    )
+    full = ctx.op.Conv(
+        ctx.cast(x, work),
+        ctx.cast(g, work),
+        strides=dilation,
+        dilations=stride,
+        pads=padding * 2,
+        group=groups,
+    )  # (Ci, G*Co, *k')
+    kernel = list(weight_shape[2:])
+    cropped = ctx.op.Slice(
+        full,
+        ctx.const([0] * n, torch.int64),
+        ctx.const(kernel, torch.int64),
+        ctx.const(list(range(2, 2 + n)), torch.int64),
+    )
+    cout = weight_shape[0]
+    ci = weight_shape[1]
+    split = ctx.op.Reshape(cropped, ctx.const([ci, groups, cout // groups, *kernel], torch.int64))
+    moved = ctx.op.Transpose(split, perm=[1, 2, 0] + spatial)  # (G, Co, Ci, *k)
+    return ctx.op.Reshape(moved, ctx.const(list(weight_shape), torch.int64))
+
+
+@translates(aten.convolution_backward.default)
+def convolution_backward(
+    ctx,
+    grad_output,
+    input,
+    weight,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+):
+    n = ctx.rank(weight) - 2
+    stride = _static(as_int_list(stride, n), "stride")
+    padding = _static(as_int_list(padding, n), "padding")
+    dilation = _static(as_int_list(dilation, n), "dilation")
+    groups = _static([groups], "groups")[0]
+    weight_shape = ctx.static_shape(weight)
+    dtype = ctx.dtype(input)
+    grads = [None, None, None]
+    if output_mask[0]:
+        if transposed:
+            grads[0] = _convolution(
+                ctx, grad_output, weight, None, stride, padding, dilation, False, [0] * n, groups
+            )
+        else:
+            in_sizes = ctx.static_shape(input)
+            out_sizes = ctx.static_shape(grad_output)
+            if in_sizes is None or out_sizes is None:
+                raise NotImplementedError("convolution_backward needs static spatial sizes")
+            k = weight_shape[2:]
+            extra = [
+                i - ((o - 1) * s - 2 * p + d * (kk - 1) + 1)
+                for i, o, s, p, d, kk in zip(
+                    in_sizes[2:], out_sizes[2:], stride, padding, dilation, k
+                )
+            ]
+            grads[0] = _convolution(
+                ctx, grad_output, weight, None, stride, padding, dilation, True, extra, groups
+            )
+    if output_mask[1]:
+        if weight_shape is None:
+            raise NotImplementedError("convolution_backward needs a weight of static shape")
+        x, _ = _to_work(ctx, input)
+        g = ctx.cast(grad_output, ctx.dtype(x))
+        if transposed:
+            # The transposed convolution is the adjoint of a convolution from its output to its
+            # input, so the roles of input and output gradient swap.
+            grad_w = _transposed_weight_grad(
+                ctx, input, grad_output, weight_shape, stride, padding, dilation, groups
+            )
+        else:
+            grad_w = _conv_weight_grad(
+                ctx,
+                _typed(ctx, x, input),
+                _typed(ctx, g, grad_output),
+                weight_shape,
+                stride,
+                padding,
+                dilation,
+                groups,
+            )
+        grads[1] = ctx.cast(grad_w, ctx.dtype(weight))
+    if output_mask[2]:
+        axes = [0] + list(range(2, 2 + n))
+        grads[2] = ctx.cast(reduce(ctx, "ReduceSum", grad_output, axes, 0), dtype)
+    return tuple(grads)
+
+
+def _typed(ctx, value, like):
+    """``value`` (a cast of ``like``) or ``like`` itself, whichever carries FX metadata."""
+    return like if ctx.dtype(value) == ctx.dtype(like) else value
+
+
+def _transposed_weight_grad(
+    ctx, input, grad_output, weight_shape, stride, padding, dilation, groups
+):
+    work = compute_dtype(ctx.dtype(input), FLOAT32_ONLY)
+    # weight (Cin, Cout/G, *k): the gradient of conv(grad_output -> input) w.r.t. its weight.
+    return _conv_weight_grad(
+        ctx,
+        ctx.cast(grad_output, work),
+        ctx.cast(input, work),
+        list(weight_shape),
+        stride,
+        padding,
+        dilation,
+        groups,
+    )
+
+
+@translates(
+    aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default
+)
+def max_pool_backward(
+    ctx, grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
+    n = ctx.rank(self) - 2 if ctx.rank(self) in (4, 5) else ctx.rank(self) - 1
+    rank = ctx.rank(self)
+    lead = shape_slice(ctx, self, 0, rank - n)
+    flat_grad = reshape(ctx, grad_output, lead, prod_of_dims(ctx, grad_output, rank - n))
+    flat_idx = reshape(
+        ctx, ctx.cast(indices, torch.int64), lead, prod_of_dims(ctx, indices, rank - n)
+    )
+    zeros = ctx.op.Expand(
+        ctx.scalar(0, ctx.dtype(grad_output)),
+        ctx.op.Concat(lead, prod_of_dims(ctx, self, rank - n), axis=0),
+    )
+    scattered = ctx.op.ScatterElements(zeros, flat_idx, flat_grad, axis=-1, reduction="add")
+    return ctx.op.Reshape(scattered, ctx.op.Shape(self), allowzero=1)
+
+
+@translates(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def avg_pool_backward(
+    ctx,
+    grad_output,
+    self,
+    kernel_size,
+    stride,
+    padding,
+    ceil_mode,
+    count_include_pad,
+    divisor_override,
+):
+    rank = ctx.rank(self)
+    n = 2 if "2d" in str(ctx.node.target) else 3
+    kernel, strides, pads, _ = _pool_args(n, kernel_size, stride, padding)
+    in_shape = ctx.static_shape(self)
+    out_shape = ctx.static_shape(grad_output)
+    if in_shape is None or out_shape is None:
+        raise NotImplementedError("avg_pool backward needs static shapes")
+    g, dtype = _to_work(ctx, grad_output)
+    work = ctx.dtype(g)
+    planes_shape = [-1, 1, *out_shape[-n:]]
+    g = ctx.op.Reshape(g, ctx.const(planes_shape, torch.int64))
+    ones_kernel = ctx.const(np.ones([1, 1, *kernel], dtype=np.float32), work)
+    if divisor_override:
+        g = ctx.op.Div(g, ctx.scalar(float(divisor_override), work))
+    else:
+        # The forward divisor of each window, from window sums over a ones image (padding
+        # counted as ones where count_include_pad says so, the ceil overhang never).
+        ones = ctx.const(np.ones([1, 1, *in_shape[-n:]], dtype=np.float32), work)
+        if count_include_pad:
+            ones = ctx.op.Pad(
+                ones,
+                ctx.const([0, 0] + pads[:n] + [0, 0] + pads[n:], torch.int64),
+                ctx.scalar(1.0, work),
+            )
+            conv_pads = [0] * n + [s - 1 for s in strides]
+        else:
+            conv_pads = pads[:n] + [p + s - 1 for p, s in zip(pads[n:], strides)]
+        counts = ctx.op.Conv(ones, ones_kernel, strides=strides, pads=conv_pads)
+        counts = ctx.op.Slice(
+            counts,
+            ctx.const([0] * n, torch.int64),
+            ctx.const(list(out_shape[-n:]), torch.int64),
+            ctx.const(list(range(2, 2 + n)), torch.int64),
+        )
+        g = ctx.op.Div(g, counts)
+    # The transposed convolution spans (out - 1) * stride + kernel padded positions; crop the
+    # leading padding and whatever lies past the input, pad zeros where it falls short.
+    end_crop = [
+        (o - 1) * s + k - p - i
+        for o, s, k, p, i in zip(out_shape[-n:], strides, kernel, pads[:n], in_shape[-n:])
+    ]
+    spread = ctx.op.ConvTranspose(
+        g, ones_kernel, strides=strides, pads=pads[:n] + [max(e, 0) for e in end_crop]
+    )
+    grow = [max(-e, 0) for e in end_crop]
+    if any(grow):
+        spread = ctx.op.Pad(spread, ctx.const([0] * (n + 2) + [0, 0] + grow, torch.int64))
+    out = ctx.op.Reshape(spread, ctx.const(list(in_shape), torch.int64))
+    del rank
+    return ctx.cast(out, dtype)
+
+
+@translates(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+def adaptive_avg_pool_backward(ctx, grad_output, self):
+    # Forward is y = P_h x P_w^T per plane; the gradient is P_h^T g P_w.
+    rank = ctx.rank(self)
+    n = 2 if "2d" in str(ctx.node.target) else 3
+    g, dtype = _to_work(ctx, grad_output, {torch.float32, torch.float64})
+    work = ctx.dtype(g)
+    out_sizes = ctx.shape(grad_output)[-n:]
+    for axis, out_size in zip(range(rank - n, rank), out_sizes):
+        out_size = (
+            out_size
+            if isinstance(out_size, int)
+            else ctx.op.Squeeze(dim_size(ctx, grad_output, axis), [0])
+        )
+        weights = _averaging_matrix(ctx, self, axis, out_size, work)  # (out, in)
+        if axis == rank - 1:
+            g = ctx.op.MatMul(g, weights)
+        elif axis == rank - 2:
+            g = ctx.op.MatMul(ctx.op.Transpose(weights, perm=[1, 0]), g)
+        else:
+            perm, back = _move_last(ctx, g, axis, rank)
+            g = ctx.op.Transpose(ctx.op.MatMul(ctx.op.Transpose(g, perm=perm), weights), perm=back)
+    return ctx.cast(g, dtype)

@@ -1,0 +1,341 @@
+"""Random sampling: rand/randn/randint(_like), randperm, bernoulli, multinomial, normal,
+uniform, exponential, log_normal, cauchy, geometric and random_.
+
+ONNX's random generators (RandomUniform(Like), RandomNormal(Like), Bernoulli, Multinomial)
+draw floats; other distributions are inverse-CDF transforms of uniform draws. Values cannot
+match torch's generator, only the distribution, shape and dtype: ``generator`` arguments are
+accepted and ignored. Dropout lives with the other layers in nn.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from exporter import _dtypes
+from exporter.ops import _numerics as nx
+from exporter.ops._registry import translates
+
+aten = torch.ops.aten
+i64 = torch.int64
+
+
+def _draw_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The float dtype ONNX random ops draw in (they have float16/float/double only)."""
+    return torch.float64 if dtype is torch.float64 else torch.float32
+
+
+def _shape_value(ctx, size: Any) -> ir.Value:
+    return ctx.ints(size)
+
+
+def _like(ctx, op_type: str, like: ir.Value, dtype: torch.dtype, **attributes) -> ir.Value:
+    """RandomUniformLike/RandomNormalLike shaped like ``like``, drawn in ``dtype``."""
+    out = getattr(ctx.op, op_type)(like, dtype=_dtypes.to_ir(dtype), **attributes)
+    out.dtype = _dtypes.to_ir(dtype)
+    return out
+
+
+def _sized(ctx, op_type: str, size: Any, dtype: torch.dtype, **attributes) -> ir.Value:
+    """A draw of a given size: one RandomUniform/RandomNormal when static, else via a shape."""
+    if isinstance(size, ir.Value) or not all(isinstance(d, int) for d in size):
+        zeros = nx.filled(ctx, _shape_value(ctx, size), 0, dtype)
+        return _like(ctx, op_type + "Like", zeros, dtype, **attributes)
+    out = getattr(ctx.op, op_type)(
+        dtype=_dtypes.to_ir(dtype), shape=[int(d) for d in size], **attributes
+    )
+    out.dtype = _dtypes.to_ir(dtype)
+    return out
+
+
+def _uniform_like(ctx, like: ir.Value, dtype: torch.dtype, low=0.0, high=1.0) -> ir.Value:
+    return _like(ctx, "RandomUniformLike", like, dtype, low=float(low), high=float(high))
+
+
+# ------------------------------------------------------------------------ rand / randn
+@translates(aten.rand.default, aten.rand.generator)
+def rand(ctx, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    out = ctx.out_dtype
+    return ctx.cast(_sized(ctx, "RandomUniform", size, _draw_dtype(out)), out)
+
+
+@translates(aten.randn.default, aten.randn.generator)
+def randn(ctx, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    out = ctx.out_dtype
+    return ctx.cast(_sized(ctx, "RandomNormal", size, _draw_dtype(out)), out)
+
+
+@translates(aten.rand_like.default, aten.rand_like.generator)
+def rand_like(
+    ctx,
+    self,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    out = ctx.out_dtype
+    return ctx.cast(_uniform_like(ctx, self, _draw_dtype(out)), out)
+
+
+@translates(aten.randn_like.default, aten.randn_like.generator)
+def randn_like(
+    ctx,
+    self,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    out = ctx.out_dtype
+    return ctx.cast(_like(ctx, "RandomNormalLike", self, _draw_dtype(out)), out)
+
+
+# ------------------------------------------------------------------------------ integers
+def _integers(ctx, uniform: ir.Value, low: Any, high: Any) -> ir.Value:
+    """floor(low + u * (high - low)) from float64 uniforms, kept below ``high``."""
+    low_v = ctx.scalar(low, torch.float64)
+    high_v = ctx.scalar(high, torch.float64)
+    spread = ctx.op.Sub(high_v, low_v)
+    values = ctx.op.Floor(ctx.op.Add(low_v, ctx.op.Mul(uniform, spread)))
+    # A uniform draw of exactly 1.0 must not produce ``high``.
+    values = ctx.op.Min(values, ctx.op.Sub(high_v, ctx.const(1.0, torch.float64)))
+    return ctx.cast(values, ctx.out_dtype)
+
+
+@translates(aten.randint.default, aten.randint.generator)
+def randint(
+    ctx, high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None
+):
+    return _integers(ctx, _sized(ctx, "RandomUniform", size, torch.float64), 0, high)
+
+
+@translates(aten.randint.low, aten.randint.low_generator)
+def randint_low(
+    ctx, low, high, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None
+):
+    return _integers(ctx, _sized(ctx, "RandomUniform", size, torch.float64), low, high)
+
+
+@translates(
+    aten.randint_like.default,
+    aten.randint_like.generator,
+    aten.randint_like.Tensor,
+    aten.randint_like.Tensor_generator,
+)
+def randint_like(
+    ctx,
+    self,
+    high,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _integers(ctx, _uniform_like(ctx, self, torch.float64), 0, high)
+
+
+@translates(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype)
+def randint_like_low(
+    ctx,
+    self,
+    low,
+    high,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    memory_format=None,
+):
+    return _integers(ctx, _uniform_like(ctx, self, torch.float64), low, high)
+
+
+@translates(aten.random.default, aten.random.to, getattr(aten.random, "from"))
+def random_(ctx, self, from_or_to=None, to=None, *, generator=None):
+    dtype = ctx.out_dtype
+    if from_or_to is None:
+        # random_() covers [0, 2**mantissa] for floats and the whole non-negative range of ints.
+        if dtype.is_floating_point:
+            high = 2 ** (torch.finfo(dtype).nmant + 1) + 1
+        elif dtype is torch.bool:
+            high = 2
+        else:
+            high = torch.iinfo(dtype).max
+        low = 0
+    elif ctx.node is not None and ctx.node.target is aten.random.to:
+        low, high = 0, from_or_to
+    else:
+        low = from_or_to
+        high = (
+            to
+            if to is not None
+            else (
+                2 ** (torch.finfo(dtype).nmant + 1) + 1
+                if dtype.is_floating_point
+                else torch.iinfo(dtype).max
+            )
+        )
+    return _integers(ctx, _uniform_like(ctx, self, torch.float64), low, high)
+
+
+@translates(aten.randperm.default, aten.randperm.generator)
+def randperm(ctx, n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    # The order of n uniform keys is a uniformly random permutation.
+    keys = _sized(ctx, "RandomUniform", [n], torch.float32)
+    _, order = ctx.op.TopK(keys, ctx.ints([n]), axis=0, largest=1, sorted=1, _outputs=2)
+    order.dtype = ir.DataType.INT64
+    return ctx.cast(order, ctx.out_dtype)
+
+
+# -------------------------------------------------------------------- bernoulli / multinomial
+@translates(aten.bernoulli.default)
+def bernoulli(ctx, self, *, generator=None):
+    # Not ONNX Bernoulli: onnxruntime 1.31's kernel draws 1 with probability 1 - p.
+    return bernoulli_p(ctx, self, self)
+
+
+@translates(aten.bernoulli.p, aten.bernoulli.Tensor)
+def bernoulli_p(ctx, self, p, *, generator=None):
+    out = ctx.out_dtype
+    work = _draw_dtype(ctx.dtype(p)) if isinstance(p, ir.Value) else torch.float32
+    uniform = _uniform_like(ctx, self, work)
+    probability = ctx.cast(p, work) if isinstance(p, ir.Value) else ctx.const(float(p), work)
+    return ctx.cast(ctx.op.Less(uniform, probability), out)
+
+
+@translates(aten.multinomial.default)
+def multinomial(ctx, self, num_samples, replacement=False, *, generator=None):
+    rank = ctx.rank(self)
+    probabilities = ctx.cast(self, torch.float32)
+    if rank == 1:
+        probabilities = ctx.op.Unsqueeze(probabilities, ctx.const([0], i64))
+    log_p = ctx.op.Log(probabilities)
+    if replacement:
+        if not isinstance(num_samples, int):
+            raise NotImplementedError(
+                "multinomial with replacement needs a static num_samples (ONNX Multinomial "
+                "takes it as an attribute)"
+            )
+        samples = ctx.op.Multinomial(log_p, sample_size=num_samples, dtype=ir.DataType.INT64)
+        samples.dtype = ir.DataType.INT64
+    else:
+        # Gumbel-top-k: the k largest of log p + Gumbel noise are a draw without replacement.
+        uniform = _uniform_like(ctx, log_p, torch.float32, low=1e-20, high=1.0)
+        gumbel = ctx.op.Neg(ctx.op.Log(ctx.op.Neg(ctx.op.Log(uniform))))
+        _, samples = ctx.op.TopK(
+            ctx.op.Add(log_p, gumbel),
+            ctx.ints([num_samples]),
+            axis=1,
+            largest=1,
+            sorted=1,
+            _outputs=2,
+        )
+        samples.dtype = ir.DataType.INT64
+    if rank == 1:
+        samples = ctx.op.Squeeze(samples, ctx.const([0], i64))
+    return samples
+
+
+# -------------------------------------------------------------------------- distributions
+def _normal(ctx, mean, std, shape_source):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    noise = _like(ctx, "RandomNormalLike", shape_source, work)
+    mean = ctx.cast(mean, work) if isinstance(mean, ir.Value) else ctx.const(float(mean), work)
+    std = ctx.cast(std, work) if isinstance(std, ir.Value) else ctx.const(float(std), work)
+    return ctx.cast(ctx.op.Add(mean, ctx.op.Mul(std, noise)), out)
+
+
+@translates(aten.normal.Tensor_float)
+def normal_tensor_float(ctx, mean, std=1.0, *, generator=None):
+    return _normal(ctx, mean, std, mean)
+
+
+@translates(aten.normal.float_Tensor)
+def normal_float_tensor(ctx, mean, std, *, generator=None):
+    return _normal(ctx, mean, std, std)
+
+
+@translates(aten.normal.Tensor_Tensor)
+def normal_tensor_tensor(ctx, mean, std, *, generator=None):
+    # Only the broadcast shape of the two matters to the noise.
+    return _normal(ctx, mean, std, ctx.op.Add(mean, ctx.cast(std, ctx.dtype(mean))))
+
+
+@translates(aten.normal.float_float)
+def normal_float_float(
+    ctx, mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None
+):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    noise = _sized(ctx, "RandomNormal", size, work, mean=float(mean), scale=float(std))
+    return ctx.cast(noise, out)
+
+
+@translates(aten.normal_functional.default)
+def normal_functional(ctx, self, mean=0.0, std=1.0, *, generator=None):
+    return _normal(ctx, mean, std, self)
+
+
+@translates(aten.uniform.default)
+def uniform(ctx, self, from_=0.0, to=1.0, *, generator=None):
+    out = ctx.out_dtype
+    return ctx.cast(_uniform_like(ctx, self, _draw_dtype(out), low=from_, high=to), out)
+
+
+def _open_uniform(ctx, self, work):
+    """Uniform draws in (0, 1): logarithms of them stay finite."""
+    return _uniform_like(ctx, self, work, low=torch.finfo(work).tiny, high=1.0)
+
+
+@translates(aten.exponential.default)
+def exponential(ctx, self, lambd=1.0, *, generator=None):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    u = _open_uniform(ctx, self, work)
+    samples = ctx.op.Div(ctx.op.Neg(ctx.op.Log(u)), ctx.const(float(lambd), work))
+    return ctx.cast(samples, out)
+
+
+@translates(aten.log_normal.default)
+def log_normal(ctx, self, mean=1.0, std=2.0, *, generator=None):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    noise = _like(ctx, "RandomNormalLike", self, work, mean=float(mean), scale=float(std))
+    return ctx.cast(ctx.op.Exp(noise), out)
+
+
+@translates(aten.cauchy.default)
+def cauchy(ctx, self, median=0.0, sigma=1.0, *, generator=None):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    u = _open_uniform(ctx, self, work)
+    angle = ctx.op.Mul(ctx.op.Sub(u, ctx.const(0.5, work)), ctx.const(math.pi, work))
+    samples = ctx.op.Add(
+        ctx.const(float(median), work), ctx.op.Mul(ctx.const(float(sigma), work), ctx.op.Tan(angle))
+    )
+    return ctx.cast(samples, out)
+
+
+@translates(aten.geometric.default)
+def geometric(ctx, self, p, *, generator=None):
+    out = ctx.out_dtype
+    work = _draw_dtype(out)
+    u = _open_uniform(ctx, self, work)
+    # Number of Bernoulli(p) trials up to the first success: ceil(log(u) / log(1 - p)).
+    trials = ctx.op.Ceil(ctx.op.Div(ctx.op.Log(u), ctx.const(math.log1p(-p), work)))
+    return ctx.cast(ctx.op.Max(trials, ctx.const(1.0, work)), out)

@@ -1,0 +1,98 @@
+"""The one place reports touch the disk: render every report from rows and write it out."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
+from reports.junit import junit_documents, to_bytes
+from reports.models_md import models_markdown
+from reports.ops_md import ops_markdown
+from reports.rows import CaseResult, read_rows
+from reports.summary_md import summary_markdown
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+def render_markdown(rows: Sequence[CaseResult]) -> dict[str, str]:
+    """The markdown reports, keyed by file name. Pure: no disk, no matplotlib."""
+    return {
+        "summary.md": summary_markdown(rows),
+        "ops.md": ops_markdown(rows),
+        "models.md": models_markdown(rows),
+    }
+
+
+def build_reports(
+    rows: Sequence[CaseResult], out_dir: str | os.PathLike, *, charts: bool = True
+) -> list[Path]:
+    """Write summary.md, ops.md, models.md, JUnit XML and charts into ``out_dir``.
+
+    Returns the written paths. Appends summary.md to ``$GITHUB_STEP_SUMMARY`` when it is set.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_stale_outputs(out)
+    written = []
+    markdown = render_markdown(rows)
+    for name, content in markdown.items():
+        written.append(_write_text(out / name, content))
+    for relative, element in junit_documents(rows).items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(to_bytes(element))
+        written.append(path)
+    if charts:
+        for relative, data in planned_charts(rows):
+            written.append(draw_pass_rates(data, out / relative))
+    append_step_summary(step_summary_text(markdown["summary.md"]))
+    return written
+
+
+def build_from_paths(
+    results: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, charts: bool = True
+) -> tuple[list[CaseResult], list[Path]]:
+    """Read rows from JSONL files or directories and build every report from them."""
+    rows = read_rows(results)
+    return rows, build_reports(rows, out_dir, charts=charts)
+
+
+def step_summary_text(summary: str) -> str:
+    """The summary without its chart images, whose relative paths do not resolve on GitHub's
+    job-summary page (the charts travel in the uploaded report artifact instead)."""
+    return "\n".join(line for line in summary.splitlines() if not line.startswith("![")) + "\n"
+
+
+def append_step_summary(summary: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Append the summary to GitHub's job summary file when the run is a GitHub Actions step."""
+    target = (os.environ if environ is None else environ).get(STEP_SUMMARY_ENV)
+    if not target:
+        return False
+    try:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(summary if summary.endswith("\n") else summary + "\n")
+    except OSError as error:
+        # The reports on disk are the product; a broken job-summary path must not discard them.
+        print(
+            f"warning: could not append to ${STEP_SUMMARY_ENV} ({target}): {error}", file=sys.stderr
+        )
+        return False
+    return True
+
+
+def _write_text(path: Path, content: str) -> Path:
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+def _remove_stale_outputs(out: Path) -> None:
+    """Drop files an earlier build wrote, so a vanished op leaves no stale JUnit or chart."""
+    for folder in ("ops", "models"):
+        for stale in (out / "junit" / folder).glob("*.xml"):
+            stale.unlink()
+        (out / "junit" / f"{folder}.xml").unlink(missing_ok=True)
+    for chart in (OPS_CHART, MODELS_CHART):
+        (out / chart).unlink(missing_ok=True)

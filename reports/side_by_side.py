@@ -1,0 +1,55 @@
+"""The exporters compared on identical cases: only case keys that every exporter ran."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from reports.rows import CaseResult
+from reports.tally import case_key, group_by, is_pass, ordered
+
+
+@dataclasses.dataclass
+class Comparison:
+    """One kind's (ops or models) shared cases, keyed by case key, then by exporter."""
+
+    kind: str
+    exporters: list[str]
+    cases: dict[str, dict[str, CaseResult]]
+
+    def pass_count(self, exporter: str) -> int:
+        return sum(1 for by_exporter in self.cases.values() if is_pass(by_exporter[exporter]))
+
+    def differing_keys(self) -> list[str]:
+        """Keys where at least one exporter passes and at least one does not."""
+        return sorted(
+            key
+            for key, by_exporter in self.cases.items()
+            if len({is_pass(row) for row in by_exporter.values()}) > 1
+        )
+
+    def only_passes(self, winner: str, loser: str) -> int:
+        return sum(
+            1
+            for by_exporter in self.cases.values()
+            if is_pass(by_exporter[winner]) and not is_pass(by_exporter[loser])
+        )
+
+
+def compare_exporters(rows: Sequence[CaseResult]) -> list[Comparison]:
+    """One comparison per kind that was run with two or more exporters."""
+    comparisons = []
+    for kind, kind_rows in sorted(group_by(rows, lambda r: r.kind).items(), key=_kind_order):
+        exporters = ordered((row.exporter for row in kind_rows), "exporter")
+        if len(exporters) < 2:
+            continue
+        by_key: dict[str, dict[str, CaseResult]] = {}
+        for row in kind_rows:
+            by_key.setdefault(case_key(row), {})[row.exporter] = row
+        shared = {key: cell for key, cell in by_key.items() if len(cell) == len(exporters)}
+        comparisons.append(Comparison(kind, exporters, dict(sorted(shared.items()))))
+    return comparisons
+
+
+def _kind_order(item: tuple[str, list[CaseResult]]) -> tuple[int, str]:
+    return ({"op": 0, "model": 1}.get(item[0], 2), item[0])

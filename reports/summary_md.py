@@ -1,0 +1,236 @@
+"""summary.md: the headline numbers, exporters side by side, top error signatures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from reports.charts import planned_charts
+from reports.markdown import Table, code, document, heading, text
+from reports.rows import STATUSES, CaseResult
+from reports.side_by_side import Comparison, compare_exporters
+from reports.tally import (
+    count_list,
+    fraction_with_percent,
+    group_by,
+    is_pass,
+    ordered,
+    pass_count,
+    signature_of,
+    status_cell,
+    status_counts,
+)
+
+HEADLINE_AXES = ("kind", "exporter", "shapes", "dtype", "provider", "opset")
+NON_PASS_STATUSES = tuple(s for s in STATUSES if s != "pass")
+MAX_DIFFERING_CASES = 50
+MAX_SIGNATURES = 15
+
+
+def summary_markdown(rows: Sequence[CaseResult]) -> str:
+    if not rows:
+        return document(
+            heading(1, "Conformance summary"),
+            "No result rows were found, so there is nothing to report.",
+        )
+    return document(
+        heading(1, "Conformance summary"),
+        headline(rows),
+        links(rows),
+        heading(2, "Pass rate by axis"),
+        pass_rate_table(rows).render(),
+        heading(2, "Exporters side by side"),
+        side_by_side_section(rows),
+        heading(2, "Top error signatures"),
+        signature_section(rows),
+        heading(2, "Ops"),
+        ops_headline(rows),
+        *model_blocks(rows),
+        versions_line(rows),
+    )
+
+
+def headline(rows: Sequence[CaseResult]) -> str:
+    passed, total = pass_count(rows)
+    counts = status_counts(rows)
+    others = " · ".join(f"{status} {counts[status]}" for status in NON_PASS_STATUSES)
+    line = (
+        f"**{len(rows)} cases** · **pass {fraction_with_percent(passed, total)}** of those that "
+        f"ran · {others}"
+    )
+    kinds = []
+    for kind, noun in (("op", "ops"), ("model", "models")):
+        kind_rows = [row for row in rows if row.kind == kind]
+        if kind_rows:
+            subjects = len({row.subject for row in kind_rows})
+            kinds.append(f"{len(kind_rows)} {kind} cases over {subjects} {noun}")
+    return line + ("\n\n" + " · ".join(kinds) + "." if kinds else "")
+
+
+def links(rows: Sequence[CaseResult]) -> str:
+    items = []
+    if any(row.kind == "op" for row in rows):
+        items.append("[ops.md](ops.md)")
+    if any(row.kind == "model" for row in rows):
+        items.append("[models.md](models.md)")
+    items.append("JUnit XML in `junit/`")
+    images = [f"![{data.title}]({path})" for path, data in planned_charts(rows)]
+    return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")
+
+
+def pass_rate_table(rows: Sequence[CaseResult]) -> Table:
+    table = Table(["axis", "value", "pass", *NON_PASS_STATUSES])
+    for axis in HEADLINE_AXES:
+        groups = group_by(rows, lambda r, axis=axis: getattr(r, axis))
+        for value in ordered(groups, axis):
+            group = groups[value]
+            counts = status_counts(group)
+            table.add(
+                axis,
+                text(f"opset{value}" if axis == "opset" else value),
+                fraction_with_percent(*pass_count(group)),
+                *(str(counts[status]) for status in NON_PASS_STATUSES),
+            )
+    return table
+
+
+def side_by_side_section(rows: Sequence[CaseResult]) -> str:
+    comparisons = compare_exporters(rows)
+    if not comparisons:
+        exporters = ", ".join(f"`{e}`" for e in ordered({r.exporter for r in rows}, "exporter"))
+        return (
+            f"Only one exporter ({exporters}) ran each kind of case. Run with "
+            "`--exporter ours --exporter torch-dynamo` to compare exporters on the same cases."
+        )
+    exporters = ordered({e for c in comparisons for e in c.exporters}, "exporter")
+    counts = Table(["kind", "shared cases", *exporters])
+    for comparison in comparisons:
+        shared = len(comparison.cases)
+        cells = [
+            fraction_with_percent(comparison.pass_count(e), shared)
+            if e in comparison.exporters
+            else ""
+            for e in exporters
+        ]
+        counts.add(comparison.kind, str(shared), *cells)
+    intro = (
+        "Only cases that every exporter ran are counted (the same case id apart from the "
+        "exporter), so the numbers compare like with like."
+    )
+    return document(intro, counts.render(), *(_differences(c) for c in comparisons)).rstrip("\n")
+
+
+def _differences(comparison: Comparison) -> str:
+    title = heading(3, f"{comparison.kind.capitalize()} cases where the exporters disagree")
+    pairs = [
+        f"- `{winner}` passes, `{loser}` does not: {comparison.only_passes(winner, loser)}"
+        for winner in comparison.exporters
+        for loser in comparison.exporters
+        if winner != loser
+    ]
+    keys = comparison.differing_keys()
+    if not keys:
+        return document(
+            title,
+            "\n".join(pairs),
+            "No shared case passes with one exporter and fails with another.",
+        ).rstrip("\n")
+    table = Table(["case", *comparison.exporters])
+    for key in keys[:MAX_DIFFERING_CASES]:
+        by_exporter = comparison.cases[key]
+        table.add(code(key), *(status_cell(by_exporter[e]) for e in comparison.exporters))
+    more = len(keys) - MAX_DIFFERING_CASES
+    note = f"… and {more} more; the result rows hold them all." if more > 0 else None
+    return document(title, "\n".join(pairs), table.render(), note).rstrip("\n")
+
+
+def signature_counts(
+    rows: Sequence[CaseResult],
+) -> list[tuple[tuple[str, str, str], list[CaseResult]]]:
+    """Non-passing rows grouped by (exporter, stage, signature), most frequent first."""
+    groups = group_by(
+        (row for row in rows if not is_pass(row) and signature_of(row)),
+        lambda r: (r.exporter, r.stage or "", signature_of(r)),
+    )
+    return sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def signature_section(rows: Sequence[CaseResult]) -> str:
+    ranked = signature_counts(rows)
+    if not ranked:
+        return "No failing case recorded an error."
+    table = Table(["count", "exporter", "stage", "statuses", "signature", "example"])
+    for (exporter, stage, signature), group in ranked[:MAX_SIGNATURES]:
+        table.add(
+            str(len(group)),
+            text(exporter),
+            text(stage),
+            count_list(status_counts(group), "status"),
+            code(signature),
+            code(min(row.id for row in group)),
+        )
+    more = len(ranked) - MAX_SIGNATURES
+    note = f"… and {more} rarer signatures." if more > 0 else None
+    return document(table.render(), note).rstrip("\n")
+
+
+def ops_headline(rows: Sequence[CaseResult]) -> str:
+    op_rows = [row for row in rows if row.kind == "op"]
+    if not op_rows:
+        return "No op cases in these rows."
+    table = Table(["exporter", "ops with every case passing", "op cases passing"])
+    by_exporter = group_by(op_rows, lambda r: r.exporter)
+    for exporter in ordered(by_exporter, "exporter"):
+        exporter_rows = by_exporter[exporter]
+        by_op = group_by(exporter_rows, lambda r: r.subject)
+        clean = sum(1 for group in by_op.values() if all(is_pass(row) for row in group))
+        table.add(
+            text(exporter),
+            fraction_with_percent(clean, len(by_op)),
+            fraction_with_percent(*pass_count(exporter_rows)),
+        )
+    return table.render()
+
+
+def model_family_table(rows: Sequence[CaseResult]) -> Table:
+    """Per model family: pass counts for each exporter side by side, static and dynamic."""
+    model_rows = [row for row in rows if row.kind == "model"]
+    exporters = ordered((row.exporter for row in model_rows), "exporter")
+    shapes = ordered((row.shapes for row in model_rows), "shapes")
+    columns = [(e, s) for e in exporters for s in shapes]
+    table = Table(["family", *(f"{e} {s}" for e, s in columns)])
+    groups = group_by(model_rows, lambda r: (r.family, r.exporter, r.shapes))
+
+    def cell(family: str | None, exporter: str, shape: str) -> str:
+        if family is None:
+            group = [r for r in model_rows if (r.exporter, r.shapes) == (exporter, shape)]
+        else:
+            group = groups.get((family, exporter, shape), [])
+        return fraction_with_percent(*pass_count(group)) if group else ""
+
+    for family in sorted({row.family for row in model_rows}):
+        table.add(text(family), *(cell(family, e, s) for e, s in columns))
+    table.add("**all**", *(cell(None, e, s) for e, s in columns))
+    return table
+
+
+def model_blocks(rows: Sequence[CaseResult]) -> list[str]:
+    if not any(row.kind == "model" for row in rows):
+        return []
+    return [
+        heading(2, "Models"),
+        "Pass counts per model family, each exporter on static and dynamic shapes. "
+        "Per-model detail: [models.md](models.md).",
+        model_family_table(rows).render(),
+    ]
+
+
+def versions_line(rows: Sequence[CaseResult]) -> str | None:
+    seen: dict[str, Counter[str]] = {}
+    for row in rows:
+        for name, version in (row.versions or {}).items():
+            seen.setdefault(name, Counter())[str(version)] += 1
+    if not seen:
+        return None
+    parts = [f"{name} {' / '.join(sorted(versions))}" for name, versions in sorted(seen.items())]
+    return "Versions: " + " · ".join(parts)

@@ -1,0 +1,163 @@
+"""Case identity, sampling, sample-to-module conversion and second-shape inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance import cases, shapes
+from conformance.families import op_family
+from conformance.modules import CallModule, flatten_outputs, split_call
+from conformance.opinfo_cases import select_samples
+
+
+def test_case_id_round_trip():
+    case = cases.OpCase("nn.functional.conv2d", 3, "f32", "dynamic", 20, "cpu", "ours")
+    assert case.id == "op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours"
+    assert cases.parse_case_id(case.id) == case
+
+
+@pytest.mark.parametrize(
+    ("bad", "complaint"),
+    [
+        ("abs", "not an op case id"),
+        ("op::abs::s000::f99::static::opset20::cpu::ours", "unknown dtype 'f99'"),
+        ("op::abs::s000::f32::static::opset20::tpu::ours", "unknown provider 'tpu'"),
+        ("op::abs::s000::f32::static::opset20::cpu::mine", "unknown exporter 'mine'"),
+    ],
+)
+def test_bad_case_ids_say_what_is_wrong(bad, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        cases.parse_case_id(bad)
+
+
+def test_seed_is_shared_by_exporters_and_stable():
+    ours = cases.OpCase("abs", 1, "f32", "static", 20, "cpu", "ours")
+    theirs = ours.replace(exporter="torch-dynamo", shapes="dynamic", opset=18)
+    assert ours.seed == theirs.seed
+    assert ours.seed != ours.replace(sample=2).seed
+    assert cases.stable_hash("x") == cases.stable_hash("x")  # not salted per process
+
+
+def test_shards_partition_the_cases():
+    ids = [f"op::op{i}::s000::f32::static::opset20::cpu::ours" for i in range(200)]
+    shards = [[i for i in ids if cases.in_shard(i, (k, 3))] for k in range(3)]
+    assert sorted(sum(shards, [])) == sorted(ids)
+    assert all(shards)
+
+
+@pytest.mark.parametrize("text", ["3/3", "a/b", "1/0", "-1/2"])
+def test_bad_shards_are_rejected(text):
+    with pytest.raises(ValueError):
+        cases.parse_shard(text)
+
+
+def test_sanitised_ids_are_file_names():
+    name = cases.sanitise_id("op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours")
+    assert "/" not in name and ":" not in name and name.startswith("op__nn.functional.conv2d")
+
+
+@pytest.mark.parametrize(
+    ("op", "family"),
+    [
+        ("nn.functional.conv2d", "nn"),
+        ("linalg.svd", "linalg"),
+        ("fft.rfft", "fft"),
+        ("special.erfcx", "special"),
+        ("sum", "reduction"),
+        ("amax", "reduction"),
+        ("cumsum_", "scan"),
+        ("matmul", "matmul"),
+        ("div_.trunc_rounding", "elementwise"),
+        ("gather", "indexing"),
+        ("reshape", "shape"),
+        ("bernoulli", "random"),
+        ("abs", "elementwise"),
+    ],
+)
+def test_op_families(op, family):
+    assert op_family(op) == family
+
+
+def _facts(index, ndim, *, scalar=False, empty=False, dense=True, broadcasts=False):
+    return {
+        "index": index,
+        "max_ndim": ndim,
+        "has_scalar": scalar,
+        "has_empty": empty,
+        "dense": dense,
+        "broadcasts_input": broadcasts,
+    }
+
+
+def test_sample_selection_prefers_variety_and_is_deterministic():
+    facts = [
+        _facts(0, 1),
+        _facts(1, 1),
+        _facts(2, 2),
+        _facts(3, 0, scalar=True),
+        _facts(4, 2, empty=True),
+        _facts(5, 3),
+        _facts(6, 4, dense=False),
+    ]
+    assert select_samples(facts, 3) == [2, 3, 4]  # typical, 0-d, empty
+    assert select_samples(facts, 4) == [0, 2, 3, 4]  # then a rank not yet covered
+    assert select_samples(facts, None) == [0, 1, 2, 3, 4, 5]  # sparse samples never
+    assert select_samples(facts, 3) == select_samples(list(facts), 3)
+
+
+def test_inplace_selection_skips_samples_that_broadcast_the_input():
+    facts = [_facts(0, 2, broadcasts=True), _facts(1, 2)]
+    assert select_samples(facts, 1, inplace=True) == [1]
+    assert select_samples(facts, 1) == [0]
+
+
+def test_call_module_takes_tensors_and_bakes_the_rest():
+    a, b, c = torch.ones(2, 3), torch.zeros(2, 3), torch.full((2, 3), 2.0)
+    spec, leaves, tensors = split_call(([a, b], 1), {"out_dtype": None})
+    assert len(tensors) == 2
+    module = CallModule(lambda ts, dim, out_dtype: torch.cat(ts, dim=dim), spec, leaves, False)
+    (out,) = module(a, c)
+    assert out.shape == (2, 6)
+    assert torch.equal(out[:, 3:], c)
+
+
+def test_inplace_call_never_mutates_the_graph_input():
+    x = torch.tensor([-1.0, 2.0])
+    spec, leaves, tensors = split_call((x,), {})
+    module = CallModule(torch.Tensor.abs_, spec, leaves, True)
+    (out,) = module(*tensors)
+    assert torch.equal(out, torch.tensor([1.0, 2.0]))
+    assert torch.equal(tensors[0], x)
+
+
+def test_outputs_are_flattened_to_real_tensors():
+    z = torch.complex(torch.ones(2), torch.zeros(2))
+    flat = flatten_outputs((z, None, [torch.ones(1), 3], torch.max(torch.ones(2, 2), dim=0)))
+    assert flat[0].shape == (2, 2) and not flat[0].is_complex()
+    assert [t.shape for t in flat[1:]] == [(1,), (), (2,), (2,)]
+
+
+def test_dynamic_spec_marks_dims_of_size_two_and_more():
+    (spec,) = shapes.dynamic_shapes_spec((torch.ones(1, 3), torch.ones(()), torch.ones(0, 2)))
+    assert [sorted(s) for s in spec] == [[1], [], [1]]
+    assert not shapes.has_dynamic_dims((torch.ones(1, 1), torch.ones(())))
+
+
+def test_second_shape_grows_equal_sizes_together_and_keeps_values_valid():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 4) + 1.0  # a positive domain
+    w = torch.rand(4, 5)
+    index = torch.tensor([[0, 2], [1, 1]])
+    scalar = torch.tensor(2.0)
+    gx, gw, gi, gs = shapes.grown_inputs((x, w, index, scalar), 1, generator)
+    assert (gx.shape, gw.shape, gi.shape, gs.shape) == ((4, 5), (5, 6), (3, 3), ())
+    assert torch.equal(gx[:3, :4], x)  # original values in the leading block
+    assert bool((gx >= 1.0).all())  # new elements stay within the original range
+    assert set(gi.flatten().tolist()) <= {0, 1, 2}  # indices stay valid
+    assert torch.matmul(gx, gw).shape == (4, 6)  # shared sizes still agree
+
+
+def test_specialised_dims_are_named():
+    found = shapes.specialised_inputs({"input_0": [3, "s0"]}, ["input_0"], (torch.ones(3, 4),))
+    assert found == ["input_0 dim 0 fixed to 3"]

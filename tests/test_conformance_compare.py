@@ -1,0 +1,118 @@
+"""The comparison rule and the tolerance policy of the conformance suite."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.compare import compare_outputs
+from conformance.tolerances import load_policy
+
+
+def _compare(expected, actual, rtol=1e-5, atol=1e-5, **kwargs):
+    return compare_outputs(expected, actual, rtol=rtol, atol=atol, **kwargs)
+
+
+def test_within_tolerance_passes_and_records_errors():
+    want = np.array([1.0, 2.0, 0.0], dtype=np.float32)
+    got = want + np.array([1e-6, -2e-6, 5e-6], dtype=np.float32)
+    result = _compare([want], [got])
+    assert result.ok, result.message
+    assert result.max_abs == pytest.approx(5e-6, rel=1e-2)
+    # The zero element is judged by atol alone and left out of the relative error.
+    assert result.max_rel == pytest.approx(1e-6, rel=1e-1)
+
+
+def test_beyond_tolerance_fails_with_the_worst_element():
+    want = np.array([1.0, 2.0], dtype=np.float32)
+    got = np.array([1.0, 2.5], dtype=np.float32)
+    result = _compare([want], [got])
+    assert not result.ok
+    assert "1/2 elements exceed" in result.message
+    assert "expected 2" in result.message and "got 2.5" in result.message
+    assert result.max_abs == pytest.approx(0.5)
+
+
+def test_nan_positions_must_match():
+    want = np.array([np.nan, 1.0], dtype=np.float32)
+    assert _compare([want], [want.copy()]).ok
+    moved = np.array([1.0, np.nan], dtype=np.float32)
+    result = _compare([want], [moved])
+    assert not result.ok and "NaN positions differ" in result.message
+
+
+def test_infinities_must_match_in_sign():
+    want = np.array([np.inf, 1.0], dtype=np.float32)
+    result = _compare([want], [np.array([-np.inf, 1.0], dtype=np.float32)])
+    assert not result.ok and "infinities" in result.message
+
+
+def test_integers_and_bools_compare_exactly_whatever_the_tolerance():
+    want = np.array([1, 2, 3], dtype=np.int64)
+    result = _compare([want], [np.array([1, 2, 4], dtype=np.int64)], rtol=1, atol=10)
+    assert not result.ok and "exact compare" in result.message
+    bools = np.array([True, False])
+    assert not _compare([bools], [~bools], rtol=1, atol=1).ok
+
+
+@pytest.mark.parametrize(
+    ("actual", "problem"),
+    [
+        (np.zeros((2, 3), dtype=np.float32), "shape (2, 3) != expected (3, 2)"),
+        (np.zeros((3, 2), dtype=np.float64), "dtype float64 != expected float32"),
+    ],
+)
+def test_shape_and_dtype_must_match(actual, problem):
+    result = _compare([np.zeros((3, 2), dtype=np.float32)], [actual])
+    assert not result.ok and problem in result.message
+
+
+def test_output_count_must_match():
+    result = _compare([np.zeros(1)], [np.zeros(1), np.zeros(1)])
+    assert not result.ok and "output count differs" in result.message
+
+
+def test_zero_d_and_empty_outputs_keep_their_shapes():
+    scalar = np.array(3.0, dtype=np.float32)
+    assert _compare([scalar], [scalar.copy()]).ok
+    assert not _compare([scalar], [scalar.reshape(1)]).ok
+    empty = np.zeros((0, 4), dtype=np.float32)
+    assert _compare([empty], [empty.copy()]).ok
+
+
+def test_shape_only_ignores_values_but_not_shapes():
+    want = np.random.default_rng(0).random((4,)).astype(np.float32)
+    assert _compare([want], [want + 100], shape_only=True).ok
+    assert not _compare([want], [want[:2]], shape_only=True).ok
+
+
+def test_policy_has_every_case_dtype_and_exact_integers():
+    policy = load_policy()
+    for dtype in ("f32", "f16", "bf16", "i64", "b8"):
+        tolerance = policy.tolerance("abs", dtype)
+        assert tolerance.rtol >= 0 and tolerance.atol >= 0
+    exact = policy.tolerance("add", "i64")
+    assert (exact.rtol, exact.atol) == (0.0, 0.0)
+
+
+def test_policy_overrides_and_shape_only_come_from_data(tmp_path):
+    path = tmp_path / "tolerances.toml"
+    path.write_text(
+        "[dtype.f32]\nrtol = 1e-5\natol = 1e-5\n"
+        '[[override]]\nop = "nn.functional.conv*"\ndtype = "f32"\nrtol = 1e-3\natol = 2e-3\n'
+        'reason = "accumulation order"\n'
+        '[shape_only]\nops = ["bernoulli*"]\n',
+        encoding="utf-8",
+    )
+    policy = load_policy(path)
+    conv = policy.tolerance("nn.functional.conv2d", "f32")
+    assert (conv.rtol, conv.atol) == (1e-3, 2e-3) and "accumulation order" in conv.source
+    assert policy.tolerance("abs", "f32").rtol == 1e-5
+    assert policy.is_shape_only("bernoulli") and not policy.is_shape_only("abs")
+
+
+def test_policy_lists_random_ops_as_shape_only():
+    policy = load_policy()
+    for op in ("bernoulli", "normal", "nn.functional.dropout", "rand_like", "multinomial"):
+        assert policy.is_shape_only(op), op
+    assert not policy.is_shape_only("nn.functional.normalize")

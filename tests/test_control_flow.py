@@ -1,0 +1,54 @@
+"""torch.cond -> If, while_loop -> Loop, scan -> Scan, each checked at two input sizes."""
+
+from __future__ import annotations
+
+import torch
+from op_check import check_op
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
+
+
+class Cond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: torch.sigmoid(t) * 2.0, lambda t: t - 1.0, (x,))
+
+
+class WhileLoop(torch.nn.Module):
+    """Doubles x until its sum passes a limit; the trip count depends on the data."""
+
+    def forward(self, x, limit):
+        def cond_fn(i, y):
+            return y.abs().sum() < limit.sum()
+
+        def body_fn(i, y):
+            return i + 1, y * 2.0
+
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+
+class CumulativeScan(torch.nn.Module):
+    def forward(self, init, xs):
+        def combine(carry, x):
+            nxt = carry * 0.5 + x
+            return nxt, nxt + 1.0
+
+        return scan(combine, init, xs)
+
+
+def test_cond_both_branches_two_sizes():
+    positive = torch.rand(4) + 0.1
+    negative = -torch.rand(7) - 0.1
+    check_op(Cond(), (positive,), dynamic_shapes=({0: "n"},), second_args=(negative,))
+    check_op(Cond(), (negative,), dynamic_shapes=({0: "n"},), second_args=(positive,))
+
+
+def test_while_loop_two_sizes():
+    x = torch.rand(3) + 0.5
+    check_op(WhileLoop(), (x, torch.tensor([40.0])), dynamic_shapes=({0: "n"}, None),
+             second_args=(torch.rand(6) + 0.5, torch.tensor([500.0])))
+
+
+def test_scan_two_sizes():
+    init, xs = torch.rand(3), torch.rand(5, 3)
+    check_op(CumulativeScan(), (init, xs), dynamic_shapes=({0: "f"}, {0: "t", 1: "f"}),
+             second_args=(torch.rand(4), torch.rand(9, 4)))
