@@ -37,8 +37,13 @@ def _vision(name):
 def _bert():
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=128)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+    )
     model = BertModel(config).eval()
     ids = torch.randint(0, 100, (2, 16))
     return model, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -108,8 +113,7 @@ def main() -> int:
         stage_text = "  ".join(
             f"{statistics.median(r.get(s, 0.0) for r in stage_rows):13.3f}" for s in stage_names
         )
-        print(f"{name:20s} {mine:7.3f} {other:10.3f} {mine / other:6.2f}  {stage_text}",
-              flush=True)
+        print(f"{name:20s} {mine:7.3f} {other:10.3f} {mine / other:6.2f}  {stage_text}", flush=True)
     print(f"median ratio ours/torch.onnx: {statistics.median(ratios):.2f} (target <= 0.40)")
     return 0
 

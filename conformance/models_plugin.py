@@ -301,12 +301,19 @@ def _base_row(key: ModelCaseId, versions: dict[str, str], extra: dict[str, Any])
 
 
 class ModelRuntime:
-    """Runs model cases on the worker's isolating child (shared with the op cases)."""
+    """Runs each model case in a fresh process forked from this worker's zygote
+    (``models_isolation.py``)."""
 
     def __init__(self, base, options: ModelOptions):
-        self.base = base  # plugin.CaseRuntime
+        from conformance.models_isolation import ForkingModelChild
+
+        self.base = base  # plugin.CaseRuntime: rows file, scratch, in-flight marker, versions
         self.options = options
+        self.child = ForkingModelChild()
         self._expectations: dict[str, list] = {}
+
+    def close(self) -> None:
+        self.child.close()
 
     def expectations(self, exporter: str) -> list:
         if exporter not in self._expectations:
@@ -364,13 +371,13 @@ class ModelRuntime:
                 from conformance.models_runner import run_model_case
 
                 return run_model_case(key.id, base.scratch, announce=announce).to_dict()
-            result = base.child.run(
+            result = self.child.run(
                 key.id, base.scratch, self.options.case_timeout, on_stage=announce
             )
         except pytest.fail.Exception as exc:
             if "Timeout" not in str(exc):
                 raise
-            base.child.kill()
+            self.child.kill()
             stage = base._inflight_stage() or "export"
             return _abnormal("timeout", stage, f"{exc} at stage {stage}")
         if result.status == "done":

@@ -97,7 +97,7 @@ if __name__ == "__main__":
     print(f"case: {CASE['id']}\\nrecorded: {CASE.get('status')} at {CASE.get('stage')}: {str(CASE.get('error', ''))[:300]}")
     if not (HERE / "model.onnx").exists():
         print("no model.onnx: the export itself failed. Re-run the case with:")
-        print(f"  python -m pytest conformance/test_models.py -k '{CASE['id']}'")
+        print(f"  {CASE['rerun']}")
         sys.exit(1)
     all_ok = True
     for suffix in ("", "2"):

@@ -22,6 +22,13 @@ from conformance.runner import CaseOutcome, error_text, signature_of
 
 #: Vacuity descriptions kept in a row, at most (decoder caches have dozens of outputs).
 MAX_DESCRIBED_OUTPUTS = 8
+#: An exporter cannot be asked to match eager more closely than eager matches exact arithmetic:
+#: the tolerance relative to the output scale is at least this many times eager's own error
+#: against a float64 run of the same model (deep BatchNorm stacks amplify rounding: regnet_x_400mf
+#: measured 1.8e-3 in float32 eager). Capped, so that a model whose float64 run takes other
+#: discrete decisions (top-k, NMS) cannot loosen its tolerance into meaninglessness.
+NOISE_FACTOR = 4.0
+NOISE_RTOL_CAP = 1e-2
 
 
 @dataclasses.dataclass
@@ -41,9 +48,16 @@ class ModelSetupError(RuntimeError):
 
 
 def run_model_case(
-    case_id: str, scratch: Path, *, announce: Callable[[str], None] = lambda stage: None
+    case_id: str,
+    scratch: Path,
+    *,
+    announce: Callable[[str], None] = lambda stage: None,
+    release_memory: bool = True,
 ) -> ModelOutcome:
-    """Run one model case, writing its artifacts into ``scratch`` (replaced)."""
+    """Run one model case, writing its artifacts into ``scratch`` (replaced).
+
+    ``release_memory=False`` skips dropping torch's caches afterwards, for a process that
+    exits after the case anyway."""
     key = parse_model_id(case_id)
     _quiet_torch_logs()
     outcome = ModelOutcome(status="pass")
@@ -58,7 +72,8 @@ def run_model_case(
         if isinstance(failure.error, ModelSetupError):
             outcome.error_signature = f"ModelSetupError: {outcome.error_signature}"
     finally:
-        _release_memory()
+        if release_memory:
+            _release_memory()
     if outcome.status == "pass" and outcome.extra.get("vacuous"):
         outcome.status = "vacuous"
         outcome.stage = "compare"
@@ -106,6 +121,19 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     else:
         rtol, atol = DEFAULT_TOLERANCES[key.dtype]
         outcome.extra["tolerance_source"] = "default"
+    noise = _max_or_none(
+        _eager_noise(module, args, kwargs, expected),
+        _eager_noise(module, *second, expected2) if second is not None else None,
+    )
+    if noise is not None:
+        outcome.extra["eager_noise"] = noise
+        floor = min(NOISE_FACTOR * noise, NOISE_RTOL_CAP)
+        if floor > rtol:
+            rtol = floor
+            outcome.extra["tolerance_source"] += (
+                f"; rtol raised to {NOISE_FACTOR:g} x the model's own float rounding noise "
+                f"(eager vs float64 error/scale {noise:.2g})"
+            )
     outcome.rtol, outcome.atol = rtol, atol
 
     if vacuity.is_vacuous(expected) or (expected2 is not None and vacuity.is_vacuous(expected2)):
@@ -137,6 +165,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
             "atol": atol,
             "rule": "max abs error <= atol + rtol * max|expected|, per output",
             "dynamic_axes": models_io.dynamic_axes(inputs) if key.dynamic else {},
+            "rerun": rerun_command(key),
         },
         feeds=feeds,
         expected=expected_np,
@@ -206,7 +235,9 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         raise StageFailed("run", exc) from exc
     outcome.run_s = time.perf_counter() - started
     try:
-        outcome.latency_ms = session.latency_ms(feeds)
+        latency = session.latency_ms(feeds)
+        if latency is not None:
+            outcome.latency_ms, outcome.extra["latency_wall_ms"] = latency
     except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
         outcome.extra["latency_error"] = error_text(exc)
 
@@ -254,6 +285,15 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         )
 
 
+def rerun_command(key: ModelCaseId) -> str:
+    """The pytest command line that selects exactly this case."""
+    return (
+        f"python -m pytest conformance/test_models.py --tier full --models '{key.model}' "
+        f"--dtype {key.dtype} --shapes {key.shapes} --opset {key.opset} --provider "
+        f"{key.provider} --exporter {key.exporter} --optimize {'on' if key.optimize else 'off'}"
+    )
+
+
 def _record(outcome: ModelOutcome, result) -> None:
     from conformance.models_compare import _max
 
@@ -277,6 +317,48 @@ def _eager(module, args: tuple, kwargs: dict, what: str) -> Any:
             return copy.deepcopy(module)(*clone_tree(args), **clone_tree(kwargs))
     except Exception as exc:
         raise StageFailed("export", _setup_error(f"running eager at {what}", exc)) from exc
+
+
+def _eager_noise(module, args: tuple, kwargs: dict, expected: Any) -> float | None:
+    """Eager's own rounding error: max over float outputs of ``max |y - y64| / max |y64|``
+    against a float64 run; None when the float64 run fails or gives other shapes."""
+    import torch
+
+    from conformance.models_io import cast_floats, clone_tree, flat_outputs
+    from model_zoo.vacuity import output_scale
+
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            exact = copy.deepcopy(module).double()(
+                *cast_floats(clone_tree(args), torch.float64),
+                **cast_floats(clone_tree(kwargs), torch.float64),
+            )
+    except Exception:  # noqa: BLE001 - some models cannot run in float64; no floor then
+        return None
+    ours, reference = flat_outputs(expected), flat_outputs(exact)
+    if len(ours) != len(reference):
+        return None
+    worst = 0.0
+    for value, exact_value in zip(ours, reference):
+        if not value.is_floating_point():
+            continue
+        if value.shape != exact_value.shape:
+            return None
+        scale = output_scale(exact_value)
+        if scale == 0.0 or value.numel() == 0:
+            continue
+        finite = torch.isfinite(exact_value) & torch.isfinite(value)
+        if not finite.any():
+            continue
+        error = (value.double()[finite] - exact_value[finite]).abs().max().item()
+        worst = max(worst, error / scale)
+    return worst
+
+
+def _max_or_none(a: float | None, b: float | None) -> float | None:
+    values = [v for v in (a, b) if v is not None]
+    return max(values) if values else None
 
 
 def _setup_error(what: str, exc: BaseException) -> ModelSetupError:

@@ -70,7 +70,7 @@ def flatten_outputs(result: Any) -> tuple[torch.Tensor, ...]:
         if not isinstance(leaf, torch.Tensor):
             raise TypeError(f"the op returned a {type(leaf).__name__}, which is not a tensor")
         if leaf.is_complex():
-            leaf = torch.view_as_real(leaf)
+            leaf = torch.view_as_real(leaf.resolve_conj())
         flat.append(leaf)
     return tuple(flat)
 

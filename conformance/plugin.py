@@ -2,7 +2,8 @@
 expectations, one result row per case, JUnit properties.
 
 Collection turns the options into one pytest item per case (``op_case`` parameter of
-``test_ops.py``). Running an item goes through ``CaseRuntime.run_op_case``: the case runs in a
+``test_ops.py``); model cases (``test_models.py``) are the business of ``models_plugin.py``,
+which adds its options here and registers itself from ``pytest_configure``. Running an item goes through ``CaseRuntime.run_op_case``: the case runs in a
 persistent child process (see ``isolation.py``), its outcome is judged against the exporter's
 expectations file, a row is appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not
 pass, the repro directory is kept. Controller-side hooks add global JUnit properties, turn a

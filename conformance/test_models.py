@@ -13,7 +13,9 @@ from conformance.models_plugin import ModelRuntime, get_model_options
 
 @pytest.fixture(scope="session")
 def conformance_model_runtime(request, conformance_runtime):
-    return ModelRuntime(conformance_runtime, get_model_options(request.config))
+    runtime = ModelRuntime(conformance_runtime, get_model_options(request.config))
+    yield runtime
+    runtime.close()
 
 
 def test_model(model_case, conformance_model_runtime, record_property):

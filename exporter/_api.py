@@ -19,8 +19,14 @@ from exporter._record import ExportRecord
 from exporter.ops import _opsets
 from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
 
-_LEGACY_IGNORED = ("training", "operator_export_type", "do_constant_folding", "custom_opsets",
-                   "export_modules_as_functions", "autograd_inlining")
+_LEGACY_IGNORED = (
+    "training",
+    "operator_export_type",
+    "do_constant_folding",
+    "custom_opsets",
+    "export_modules_as_functions",
+    "autograd_inlining",
+)
 
 
 def export(
@@ -47,13 +53,16 @@ def export(
     keep_initializers_as_inputs: bool = False,
     dynamic_axes: Mapping[str, Any] | None = None,
     metadata: bool = True,
+    capture_patches: Sequence[str] = (),
     **legacy: Any,
 ) -> ONNXProgram:
     """Export a PyTorch model to ONNX with our own op library.
 
     Same parameters and behaviour as ``torch.onnx.export(..., dynamo=True)``, plus:
     ``metadata=False`` leaves out the debug metadata props (most of the graph's bytes), and
-    ``verify="strict"`` raises :class:`OnnxVerificationError` instead of warning.
+    ``verify="strict"`` raises :class:`OnnxVerificationError` instead of warning, and
+    ``capture_patches=["torchvision-detection"]`` opts into model-side rewrites that let
+    torch.export capture code it cannot capture as written (see ``exporter._capture_patches``).
     """
     record = ExportRecord(model_class=type(model).__name__)
     eager_model = model if isinstance(model, torch.nn.Module) else None
@@ -74,6 +83,7 @@ def export(
         _check_names(output_names, "output_names")
         registry = _registry_with(custom_translation_table)
         record.registry = registry
+        _check_patches(capture_patches)
         if dynamic_axes is not None:
             if dynamic_shapes is not None:
                 raise InvalidExportArgumentsError(
@@ -90,20 +100,36 @@ def export(
             warnings.warn(
                 "Exporting a model in training mode: dropout and batch-norm statistics follow "
                 "training behaviour. Call model.eval() first unless that is what you want.",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
         program = _export(
-            model, args_tuple, kwargs, dynamic_shapes, registry, opset, record,
-            optimize=optimize, metadata=metadata, verbose=verbose,
-            input_names=input_names, output_names=output_names,
+            model,
+            args_tuple,
+            kwargs,
+            dynamic_shapes,
+            registry,
+            opset,
+            record,
+            optimize=optimize,
+            metadata=metadata,
+            verbose=verbose,
+            input_names=input_names,
+            output_names=output_names,
             dump_dir=report_dir if dump_exported_program else None,
+            patches=tuple(capture_patches),
         )
         if verify:
             from exporter import verify as _verify
 
             _verify.verify_program(
-                program, eager_model, args_tuple, kwargs, dynamic_shapes=dynamic_shapes,
-                record=record, strict=(verify == "strict"),
+                program,
+                eager_model,
+                args_tuple,
+                kwargs,
+                dynamic_shapes=dynamic_shapes,
+                record=record,
+                strict=(verify == "strict"),
             )
         if f is not None:
             _save_to(program, f, export_params, keep_initializers_as_inputs, external_data)
@@ -117,10 +143,21 @@ def export(
 
 
 def _export(
-    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any,
-    registry: Registry, opset: int, record: ExportRecord, *, optimize: bool, metadata: bool,
-    verbose: bool | None, input_names: Sequence[str] | None,
-    output_names: Sequence[str] | None, dump_dir: Path | None,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    registry: Registry,
+    opset: int,
+    record: ExportRecord,
+    *,
+    optimize: bool,
+    metadata: bool,
+    verbose: bool | None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    dump_dir: Path | None,
+    patches: tuple[str, ...] = (),
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
     names = _dynamic_shapes.AxisNames()
@@ -132,7 +169,12 @@ def _export(
         converted, names = _dynamic_shapes.normalize(model, args, kwargs, dynamic_shapes)
         with record.stage("capture"):
             captured, strategy = _capture.capture(
-                model, args, kwargs, converted, attempts=record.capture_attempts
+                model,
+                args,
+                kwargs,
+                converted,
+                attempts=record.capture_attempts,
+                patches=patches,
             )
         record.capture_strategy = strategy
         say(f"[exporter] captured with {strategy} ({record.timings['capture']:.2f} s)")
@@ -151,7 +193,10 @@ def _export(
             record.unsupported = unsupported
             raise UnsupportedOpError(_unsupported_message(unsupported), unsupported)
         model_ir = _translate.translate_program(
-            decomposed, registry, opset=opset, metadata=metadata,
+            decomposed,
+            registry,
+            opset=opset,
+            metadata=metadata,
             names=_translate.SymbolNames(names.symbol_renames(decomposed)),
             root_class=record.model_class,
         )
@@ -192,12 +237,16 @@ def _check_legacy(legacy: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"export() got unexpected keyword arguments {sorted(unknown)}")
     for name in legacy:
-        warnings.warn(f"export(): {name} is a TorchScript-exporter option and is ignored",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"export(): {name} is a TorchScript-exporter option and is ignored",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
-def _check_inputs(model: Any, args: Any, kwargs: Any, dynamo: bool
-                  ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _check_inputs(
+    model: Any, args: Any, kwargs: Any, dynamo: bool
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if not dynamo:
         raise InvalidExportArgumentsError(
             "exporter.export always uses torch.export; for the TorchScript exporter call "
@@ -223,8 +272,14 @@ def _check_inputs(model: Any, args: Any, kwargs: Any, dynamo: bool
         raise InvalidExportArgumentsError(
             f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}"
         )
-    if (not kwargs and args and isinstance(args[-1], dict) and isinstance(model, torch.nn.Module)
-            and not _fits(model, args, {}) and _fits(model, args[:-1], args[-1])):
+    if (
+        not kwargs
+        and args
+        and isinstance(args[-1], dict)
+        and isinstance(model, torch.nn.Module)
+        and not _fits(model, args, {})
+        and _fits(model, args[:-1], args[-1])
+    ):
         # torch.onnx's convention: a trailing dict in args holds the keyword inputs. We apply it
         # only when the inputs do not fit forward() as given, so a dict input stays an input.
         kwargs = args[-1]
@@ -269,6 +324,20 @@ def _check_leaves(tree: Any, path: str = "inputs") -> None:
     )
 
 
+def _check_patches(patches: Any) -> None:
+    from exporter._capture_patches import CAPTURE_PATCHES
+
+    if isinstance(patches, str) or not all(isinstance(p, str) for p in patches):
+        raise InvalidExportArgumentsError(
+            f"capture_patches must be a list of names, got {patches!r}"
+        )
+    unknown = [p for p in patches if p not in CAPTURE_PATCHES]
+    if unknown:
+        raise InvalidExportArgumentsError(
+            f"unknown capture_patches {unknown}; available: {sorted(CAPTURE_PATCHES)}"
+        )
+
+
 def _check_opset(opset_version: Any) -> int:
     if opset_version is None:
         return _opsets.DEFAULT_OPSET
@@ -300,9 +369,7 @@ def _check_destination(f: Any) -> None:
     if f is None or isinstance(f, io.BytesIO):
         return
     if not isinstance(f, (str, os.PathLike)):
-        raise InvalidExportArgumentsError(
-            f"f must be a path or io.BytesIO, got {type(f).__name__}"
-        )
+        raise InvalidExportArgumentsError(f"f must be a path or io.BytesIO, got {type(f).__name__}")
     parent = Path(f).parent
     if not parent.exists():
         raise InvalidExportArgumentsError(
@@ -337,13 +404,16 @@ def _registry_with(table: Mapping[Any, Callable[..., Any]] | None) -> Registry:
     return registry
 
 
-def _rename_io(model: Any, input_names: Sequence[str] | None,
-               output_names: Sequence[str] | None) -> None:
+def _rename_io(
+    model: Any, input_names: Sequence[str] | None, output_names: Sequence[str] | None
+) -> None:
     from exporter import _metadata
 
     graph = model.graph
-    for what, names, values in (("input_names", input_names, graph.inputs),
-                                ("output_names", output_names, graph.outputs)):
+    for what, names, values in (
+        ("input_names", input_names, graph.inputs),
+        ("output_names", output_names, graph.outputs),
+    ):
         if names is None:
             continue
         if len(names) > len(values):
@@ -374,18 +444,33 @@ def _all_values(graph: Any) -> list[Any]:
     return values
 
 
-def _save_to(program: ONNXProgram, f: Any, export_params: bool,
-             keep_initializers_as_inputs: bool, external_data: bool) -> None:
+def _save_to(
+    program: ONNXProgram,
+    f: Any,
+    export_params: bool,
+    keep_initializers_as_inputs: bool,
+    external_data: bool,
+) -> None:
     if isinstance(f, io.BytesIO):
         f.write(program.model_proto.SerializeToString())
         return
-    program.save(f, include_initializers=export_params,
-                 keep_initializers_as_inputs=keep_initializers_as_inputs,
-                 external_data=external_data)
+    program.save(
+        f,
+        include_initializers=export_params,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+        external_data=external_data,
+    )
 
 
-def _write_report(record: ExportRecord, folder: Path, program: ONNXProgram | None,
-                  error: BaseException | None, eager_model: Any, args: Any, kwargs: Any) -> None:
+def _write_report(
+    record: ExportRecord,
+    folder: Path,
+    program: ONNXProgram | None,
+    error: BaseException | None,
+    eager_model: Any,
+    args: Any,
+    kwargs: Any,
+) -> None:
     """Write the markdown report; a failure here never masks the export's own outcome."""
     try:
         from exporter import report as _report
@@ -394,8 +479,9 @@ def _write_report(record: ExportRecord, folder: Path, program: ONNXProgram | Non
         if program is not None:
             program.report_path = path
     except Exception as exc:  # noqa: BLE001 - the report is best-effort by contract
-        warnings.warn(f"could not write the export report: {type(exc).__name__}: {exc}",
-                      stacklevel=3)
+        warnings.warn(
+            f"could not write the export report: {type(exc).__name__}: {exc}", stacklevel=3
+        )
 
 
 __all__ = ["export", "OnnxExporterError"]

@@ -63,20 +63,31 @@ def capture(
     *,
     strategies: list[str] | None = None,
     attempts: list[Attempt] | None = None,
+    patches: list[str] | tuple[str, ...] = (),
 ) -> tuple[torch.export.ExportedProgram, str]:
-    """Run strategies until one captures. ``attempts`` collects every try for the report."""
+    """Run strategies until one captures. ``attempts`` collects every try for the report.
+
+    ``patches`` names opt-in model-side rewrites (``exporter._capture_patches``) that stay
+    active while each strategy runs.
+    """
+    from exporter._capture_patches import CAPTURE_PATCHES
+
     attempts = [] if attempts is None else attempts
+    suffix = f" with patches {list(patches)}" if patches else ""
     for name in strategies or list(STRATEGIES):
         start = time.perf_counter()
         try:
-            with onnx_export_flag():
+            with onnx_export_flag(), contextlib.ExitStack() as stack:
+                for patch in patches:
+                    stack.enter_context(CAPTURE_PATCHES[patch]())
                 program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)
         except Exception as exc:  # every strategy failure is recorded, none is lost
-            attempts.append(Attempt(name, time.perf_counter() - start, exc,
-                                    traceback.format_exc()))
+            attempts.append(
+                Attempt(name + suffix, time.perf_counter() - start, exc, traceback.format_exc())
+            )
             continue
-        attempts.append(Attempt(name, time.perf_counter() - start))
-        return program, name
+        attempts.append(Attempt(name + suffix, time.perf_counter() - start))
+        return program, name + suffix
     lines = [f"Capture failed: every strategy was tried ({len(attempts)})."]
     for a in attempts:
         first = str(a.error).strip().splitlines()

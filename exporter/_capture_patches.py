@@ -1,34 +1,48 @@
 """Opt-in capture patches: model-side rewrites for code torch.export cannot capture as written.
 
-torchvision's detection models branch on data-dependent values (``if boxes.numel() == 0``),
-loop over python lists of per-image tensors, and compute resize sizes with Python floats; every
-one of those stops torch.export (measured: every torchvision detection model fails at capture in
-torch.onnx). The patches here replace the offending functions, for the duration of a ``with``
-block, by equivalents that compute the same values with tensor ops torch.export can trace.
+torchvision's detection models decide things in Python on sizes torch.export keeps symbolic
+or data-dependent, so every one of them fails at capture (torch.onnx too). Inside
+``torchvision_detection_patches()`` these torchvision functions are replaced by equivalents
+that compute the same values with traceable ops (each replacement's docstring says why):
 
-Usage::
+- ``ops.boxes.batched_nms``: no ``numel() == 0`` early return, no size-based switch to a loop;
+- ``ops.poolers._multiscale_roi_align``: no ``len(rois)``/index_put per FPN level;
+- ``ops.poolers._setup_scales``: FPN scales from the example's concrete sizes;
+- ``models.detection._utils._topk_min``: ``torch.sym_min`` instead of Python ``min``;
+- ``models.detection.transform``: resize size computed in float64 tensors (exactly eager's
+  doubles) instead of Python floats; padding to the size divisor in integer arithmetic;
+  box rescaling without ``torch.tensor(symbolic size)``;
+- ``SSD.postprocess_detections``: one score filter instead of one per class.
+
+The number of detections stays dynamic in the exported model. Usage::
 
     from exporter._capture_patches import torchvision_detection_patches
 
     with torchvision_detection_patches():
-        onnx_program = exporter.export(model, ([image],))
+        onnx_program = exporter.export(model, ([image],), dynamic_shapes=([{1: "h", 2: "w"}],))
 
-They are opt-in because they change library code while active; ``CAPTURE_PATCHES`` maps the
-names ``export(..., capture_patches=[...])`` accepts to the context managers.
+They are opt-in because they change library code while active (and are not thread-safe);
+``CAPTURE_PATCHES`` maps the names ``export(..., capture_patches=[...])`` accepts to the context
+managers. torchvision is imported only when a patch is applied.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import numpy as np
+import torch
 
 
 @contextlib.contextmanager
 def _patched(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
     """Set ``owner.name = value`` for each triple and restore every original on exit."""
-    originals = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in
-                 replacements]
+    originals = [
+        (owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in replacements
+    ]
     try:
         for owner, name, value in replacements:
             setattr(owner, name, value)
@@ -53,7 +67,6 @@ def _batched_nms(boxes, scores, idxs, iou_threshold):
     the same kept set at any size; a zero is folded into the maximum so an empty input needs
     no special case.
     """
-    import torch
     from torchvision.ops import boxes as box_ops
 
     max_coordinate = torch.nn.functional.pad(boxes.reshape(-1), (0, 1)).max()
@@ -69,7 +82,6 @@ def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales
     RoI at every level and keeping, per RoI, the level the mapper chose gives identical values
     (each RoI is pooled independently) with only tensor ops.
     """
-    import torch
     from torchvision.ops import roi_align
     from torchvision.ops.poolers import _convert_to_roi_format
 
@@ -77,15 +89,28 @@ def _multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales
         raise ValueError("scales and mapper should not be None")
     rois = _convert_to_roi_format(boxes)
     if len(x_filtered) == 1:
-        return roi_align(x_filtered[0], rois, output_size=output_size, spatial_scale=scales[0],
-                         sampling_ratio=sampling_ratio)
+        return roi_align(
+            x_filtered[0],
+            rois,
+            output_size=output_size,
+            spatial_scale=scales[0],
+            sampling_ratio=sampling_ratio,
+        )
     levels = mapper(boxes)[:, None, None, None]
     result = None
     for level, (feature, scale) in enumerate(zip(x_filtered, scales)):
-        pooled = roi_align(feature, rois, output_size=output_size, spatial_scale=scale,
-                           sampling_ratio=sampling_ratio)
-        result = pooled if result is None else torch.where(levels == level, pooled,
-                                                           result.to(pooled.dtype))
+        pooled = roi_align(
+            feature,
+            rois,
+            output_size=output_size,
+            spatial_scale=scale,
+            sampling_ratio=sampling_ratio,
+        )
+        result = (
+            pooled
+            if result is None
+            else torch.where(levels == level, pooled, result.to(pooled.dtype))
+        )
     return result
 
 
@@ -96,41 +121,81 @@ def _topk_min(input, orig_kval, axis):
     specialises the input size, or a hard error when the size is data-dependent (SSD's
     score-filtered candidates).
     """
-    import torch
-
     return torch.sym_min(orig_kval, input.size(axis))
 
 
+#: Example values of the sizes the resize patch computes as data (unbacked symbols), so code
+#: that needs a concrete number at capture time (FPN scale inference) can still get the value
+#: eager computes for the example input. Filled and cleared by torchvision_detection_patches.
+_EXAMPLE_VALUES: dict[Any, int] = {}
+
+
+def _example_int(size: Any) -> int:
+    """The value a (possibly symbolic) size has for the example inputs."""
+    if isinstance(size, int):
+        return size
+    node = size.node
+    expr = node.expr
+    known = {}
+    for symbol in expr.free_symbols:
+        if symbol in node.shape_env.var_to_val:
+            known[symbol] = node.shape_env.var_to_val[symbol]
+        elif symbol in _EXAMPLE_VALUES:
+            known[symbol] = _EXAMPLE_VALUES[symbol]
+        else:
+            raise RuntimeError(f"no example value is known for size {size}")
+    return int(expr.xreplace(known))
+
+
+def _resized_side(side: int, scale: float) -> int:
+    return int(math.floor(float(side) * scale))
+
+
 def _resize_image_and_masks(image, self_min_size, self_max_size, target=None, fixed_size=None):
-    """GeneralizedRCNNTransform's resize with the new size computed as a tensor.
+    """GeneralizedRCNNTransform's resize without Python float arithmetic on symbolic sizes.
 
     torchvision picks ``min(min_side_scale, max_side_scale)`` with Python's ``min`` (a guard
     that specialises the export to the example's aspect ratio) and floors ``side * scale`` in
-    Python floats. Here the same float64 arithmetic runs on 0-d tensors, so the graph computes
-    exactly the size eager computes (IEEE double, like Python), and the resized size enters the
-    trace as one fresh symbol per axis instead of a nested float expression that makes every
-    later shape check slow.
+    Python floats. For static inputs that arithmetic runs in Python as in eager. For dynamic
+    inputs the same float64 arithmetic runs on 0-d tensors, so the graph computes exactly the
+    size eager computes (IEEE double, like Python), and each resized side enters the trace as
+    one fresh symbol instead of a nested float expression that makes every later shape check
+    slow (measured: 20 s instead of 64 s to capture Faster R-CNN).
     """
-    import torch
-
     if fixed_size is not None:
         size = [fixed_size[1], fixed_size[0]]
     else:
         height, width = image.shape[-2:]
-        h = torch.scalar_tensor(height, dtype=torch.float64)
-        w = torch.scalar_tensor(width, dtype=torch.float64)
-        # Tensor / tensor: ``float / tensor`` is reciprocal-then-multiply in torch, which can
-        # land one ulp below Python's division and floor to one pixel less.
-        target_min = torch.scalar_tensor(float(self_min_size), dtype=torch.float64)
-        target_max = torch.scalar_tensor(float(self_max_size), dtype=torch.float64)
-        scale = torch.minimum(target_min / torch.minimum(h, w), target_max / torch.maximum(h, w))
-        size = []
-        for side in (h, w):
-            new = torch.floor(side * scale).to(torch.int64).item()
-            torch._check(new >= 1)
-            size.append(new)
-    image = torch.nn.functional.interpolate(image[None], size=size, mode="bilinear",
-                                            align_corners=False)[0]
+        example_h, example_w = _example_int(height), _example_int(width)
+        example_scale = min(
+            self_min_size / min(example_h, example_w), self_max_size / max(example_h, example_w)
+        )
+        examples = [
+            _resized_side(example_h, example_scale),
+            _resized_side(example_w, example_scale),
+        ]
+        if isinstance(height, int) and isinstance(width, int):
+            size = examples
+        else:
+            h = torch.scalar_tensor(height, dtype=torch.float64)
+            w = torch.scalar_tensor(width, dtype=torch.float64)
+            # Tensor / tensor: ``float / tensor`` is reciprocal-then-multiply in torch, which
+            # can land one ulp below Python's division and floor to one pixel less.
+            target_min = torch.scalar_tensor(float(self_min_size), dtype=torch.float64)
+            target_max = torch.scalar_tensor(float(self_max_size), dtype=torch.float64)
+            scale = torch.minimum(
+                target_min / torch.minimum(h, w), target_max / torch.maximum(h, w)
+            )
+            size = []
+            for side, example in zip((h, w), examples):
+                new = torch.floor(side * scale).to(torch.int64).item()
+                torch._check(new >= 1)
+                if isinstance(new, torch.SymInt):
+                    _EXAMPLE_VALUES[new.node.expr] = example
+                size.append(new)
+    image = torch.nn.functional.interpolate(
+        image[None], size=size, mode="bilinear", align_corners=False
+    )[0]
     if target is None:
         return image, target
     if "masks" in target:
@@ -138,6 +203,36 @@ def _resize_image_and_masks(image, self_min_size, self_max_size, target=None, fi
         mask = torch.nn.functional.interpolate(mask[:, None].float(), size=size)[:, 0].byte()
         target["masks"] = mask
     return image, target
+
+
+def _setup_scales(features, image_shapes, canonical_scale, canonical_level):
+    """torchvision.ops.poolers._setup_scales on the example's concrete sizes.
+
+    MultiScaleRoIAlign infers each FPN level's scale (a power of two) from feature and image
+    sizes on its first call and caches it; RoIAlign needs it as a constant. torchvision reads
+    the sizes through ``torch.tensor(...).item()``, which fails on symbolic sizes; the scales
+    are the ones eager infers for the example input.
+    """
+    from torchvision.ops.poolers import initLevelMapper
+
+    if not image_shapes:
+        raise ValueError("images list should not be empty")
+    original = (
+        max(_example_int(s[0]) for s in image_shapes),
+        max(_example_int(s[1]) for s in image_shapes),
+    )
+
+    def infer_scale(feature):
+        approx = np.float32(_example_int(feature.shape[-2]) / original[0])
+        return float(2 ** float(np.round(np.log2(approx))))
+
+    scales = [infer_scale(f) for f in features]
+    lvl_min = -math.log2(scales[0])
+    lvl_max = -math.log2(scales[-1])
+    mapper = initLevelMapper(
+        int(lvl_min), int(lvl_max), canonical_scale=canonical_scale, canonical_level=canonical_level
+    )
+    return scales, mapper
 
 
 def _batch_images(self, images, size_divisible=32):
@@ -148,8 +243,6 @@ def _batch_images(self, images, size_divisible=32):
     same ceiling on integers and stays symbolic. Padding replaces the in-place copy into a
     zeros tensor.
     """
-    import torch
-
     heights = [img.shape[-2] for img in images]
     widths = [img.shape[-1] for img in images]
     max_height, max_width = heights[0], widths[0]
@@ -159,8 +252,9 @@ def _batch_images(self, images, size_divisible=32):
     padded_height = -(-max_height // stride) * stride
     padded_width = -(-max_width // stride) * stride
     padded = [
-        torch.nn.functional.pad(img, (0, padded_width - img.shape[-1],
-                                      0, padded_height - img.shape[-2]))
+        torch.nn.functional.pad(
+            img, (0, padded_width - img.shape[-1], 0, padded_height - img.shape[-2])
+        )
         for img in images
     ]
     return torch.stack(padded)
@@ -169,7 +263,6 @@ def _batch_images(self, images, size_divisible=32):
 def _resize_boxes(boxes, original_size, new_size):
     """torchvision's resize_boxes without ``torch.tensor(size)``, which bakes symbolic sizes in
     as constants; float32 ratios as in torchvision."""
-    import torch
 
     def ratio(new, old):
         new = torch.scalar_tensor(new, dtype=torch.float32, device=boxes.device)
@@ -179,8 +272,9 @@ def _resize_boxes(boxes, original_size, new_size):
     ratio_height = ratio(new_size[0], original_size[0])
     ratio_width = ratio(new_size[1], original_size[1])
     xmin, ymin, xmax, ymax = boxes.unbind(1)
-    return torch.stack((xmin * ratio_width, ymin * ratio_height, xmax * ratio_width,
-                        ymax * ratio_height), dim=1)
+    return torch.stack(
+        (xmin * ratio_width, ymin * ratio_height, xmax * ratio_width, ymax * ratio_height), dim=1
+    )
 
 
 def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes):
@@ -192,7 +286,6 @@ def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes)
     sub-threshold entries once, selects the same candidates in the same (class-major, score
     descending) order.
     """
-    import torch
     import torch.nn.functional as F
     from torchvision.ops import boxes as box_ops
 
@@ -204,12 +297,19 @@ def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes)
         boxes = self.box_coder.decode_single(boxes, anchors)
         boxes = box_ops.clip_boxes_to_image(boxes, image_shape)
         class_scores = scores[:, 1:].t()  # (classes - 1, anchors)
-        masked = torch.where(class_scores > self.score_thresh, class_scores,
-                             torch.full_like(class_scores, float("-inf")))
+        masked = torch.where(
+            class_scores > self.score_thresh,
+            class_scores,
+            torch.full_like(class_scores, float("-inf")),
+        )
         k = torch.sym_min(self.topk_candidates, class_scores.shape[1])
         top_scores, top_idxs = masked.topk(k, dim=1)
         labels = torch.arange(1, scores.shape[1], device=scores.device)[:, None].expand_as(top_idxs)
-        top_scores, top_idxs, labels = top_scores.reshape(-1), top_idxs.reshape(-1), labels.reshape(-1)
+        top_scores, top_idxs, labels = (
+            top_scores.reshape(-1),
+            top_idxs.reshape(-1),
+            labels.reshape(-1),
+        )
         valid = torch.where(top_scores > self.score_thresh)[0]
         image_scores, image_labels = top_scores[valid], labels[valid]
         image_boxes = boxes[top_idxs[valid]]
@@ -224,8 +324,7 @@ def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes)
 def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
     import torchvision.ops
     from torchvision.models.detection import _utils as det_utils
-    from torchvision.models.detection import ssd
-    from torchvision.models.detection import transform
+    from torchvision.models.detection import ssd, transform
     from torchvision.ops import boxes as box_ops
     from torchvision.ops import poolers
 
@@ -233,6 +332,7 @@ def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
         (box_ops, "batched_nms", _batched_nms),
         (torchvision.ops, "batched_nms", _batched_nms),
         (poolers, "_multiscale_roi_align", _multiscale_roi_align),
+        (poolers, "_setup_scales", _setup_scales),
         (det_utils, "_topk_min", _topk_min),
         (transform, "_resize_image_and_masks", _resize_image_and_masks),
         (transform, "resize_boxes", _resize_boxes),
@@ -245,8 +345,12 @@ def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
 def torchvision_detection_patches() -> Iterator[None]:
     """Make torchvision's detection models (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD,
     SSDlite) capturable by torch.export, with the number of detections left dynamic."""
-    with _patched(_torchvision_replacements()):
-        yield
+    _EXAMPLE_VALUES.clear()
+    try:
+        with _patched(_torchvision_replacements()):
+            yield
+    finally:
+        _EXAMPLE_VALUES.clear()
 
 
 #: Names accepted by ``export(..., capture_patches=[...])``.

@@ -67,8 +67,9 @@ def needs_decomposition(program: torch.export.ExportedProgram, registry: Registr
     return None
 
 
-def decompose(program: torch.export.ExportedProgram, registry: Registry
-              ) -> tuple[torch.export.ExportedProgram, str | None]:
+def decompose(
+    program: torch.export.ExportedProgram, registry: Registry
+) -> tuple[torch.export.ExportedProgram, str | None]:
     """Returns the program to translate and the reason decomposition ran (None: skipped)."""
     reason = needs_decomposition(program, registry)
     if reason is None:

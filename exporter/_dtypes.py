@@ -54,6 +54,9 @@ def is_float(dtype: torch.dtype | None) -> bool:
 
 
 def is_int(dtype: torch.dtype | None) -> bool:
-    return dtype is not None and not dtype.is_floating_point and not dtype.is_complex and (
-        dtype is not torch.bool
+    return (
+        dtype is not None
+        and not dtype.is_floating_point
+        and not dtype.is_complex
+        and (dtype is not torch.bool)
     )

@@ -26,10 +26,12 @@ class AxisNames:
     def symbol_renames(self, program: torch.export.ExportedProgram) -> dict[str, str]:
         """torch symbol (``s17``) -> user axis name, from the program's user input metadata."""
         user_inputs = [
-            node for node, spec in zip(
+            node
+            for node, spec in zip(
                 (n for n in program.graph.nodes if n.op == "placeholder"),
                 program.graph_signature.input_specs,
-            ) if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+            )
+            if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
         ]
         renames: dict[str, str] = {}
         for leaf_index, axes in self.by_leaf.items():
@@ -49,9 +51,11 @@ class AxisNames:
 
 def _is_tensor_spec(spec: Any, value: Any) -> bool:
     return isinstance(value, torch.Tensor) and (
-        spec is None or isinstance(spec, dict) or (
-            isinstance(spec, (list, tuple)) and not any(isinstance(s, (list, tuple, dict))
-                                                         for s in spec)
+        spec is None
+        or isinstance(spec, dict)
+        or (
+            isinstance(spec, (list, tuple))
+            and not any(isinstance(s, (list, tuple, dict)) for s in spec)
         )
     )
 
@@ -127,8 +131,9 @@ def normalize(
                     f"dynamic_shapes{path} must be a list/tuple of {len(value)} entries matching "
                     f"the input; got {spec!r}"
                 )
-            return type(spec)(convert(s, v, f"{path}[{i}]") for i, (s, v) in
-                              enumerate(zip(spec, value)))
+            return type(spec)(
+                convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
+            )
         if spec is not None and not (isinstance(spec, dict) and not spec):
             if isinstance(value, (int, float, bool, str)) or value is None:
                 raise InvalidExportArgumentsError(

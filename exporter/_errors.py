@@ -47,8 +47,9 @@ class TranslationError(OnnxExporterError):
 
     stage = "translation"
 
-    def __init__(self, message: str, *, target: str = "", fx_node: str = "",
-                 source: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, target: str = "", fx_node: str = "", source: str | None = None
+    ) -> None:
         super().__init__(message)
         self.target = target
         self.fx_node = fx_node

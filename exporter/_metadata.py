@@ -52,9 +52,7 @@ def node_props(node: torch.fx.Node, root_class: str) -> dict[str, str]:
 def _target_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
-    return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or str(
-        target
-    )
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or str(target)
 
 
 def target_name(target: Any) -> str:

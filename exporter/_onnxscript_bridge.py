@@ -65,7 +65,10 @@ class _RecordingEvaluator:
         if domain not in ("", "ai.onnx"):
             self.ctx.scope.use_domain(domain, version or 1)
         result = self.ctx.make_node(
-            op.name, ir_inputs, attributes, num_outputs=n_out,
+            op.name,
+            ir_inputs,
+            attributes,
+            num_outputs=n_out,
             domain="" if domain == "ai.onnx" else domain,
             version=version if domain not in ("", "ai.onnx") else None,
         )
@@ -75,8 +78,13 @@ class _RecordingEvaluator:
         return call_onnx_function(self.ctx, self.translator, function, args, kwargs)
 
 
-def call_onnx_function(ctx: TranslationContext, translator: Translator, function: Any,
-                       args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+def call_onnx_function(
+    ctx: TranslationContext,
+    translator: Translator,
+    function: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
     """Emit one call node to an OnnxFunction and register its body as a model function."""
     import onnxscript
 
@@ -107,19 +115,29 @@ def call_onnx_function(ctx: TranslationContext, translator: Translator, function
             while len(inputs) <= index:
                 inputs.append(None)
             inputs[index] = value
-    for extra, value in zip(list(ir_function.attributes), args[len(input_names):]):
+    for extra, value in zip(list(ir_function.attributes), args[len(input_names) :]):
         attributes[extra] = value
     evaluator = _RecordingEvaluator(ctx, translator)
     ir_inputs = [evaluator._input(x, ir_function.name) for x in inputs]
     # The output count comes from the function body, never from Python annotations.
     n_out = len(ir_function.outputs)
-    return ctx.make_node(ir_function.name, ir_inputs, attributes, num_outputs=n_out,
-                         domain=ir_function.domain, version=None)
+    return ctx.make_node(
+        ir_function.name,
+        ir_inputs,
+        attributes,
+        num_outputs=n_out,
+        domain=ir_function.domain,
+        version=None,
+    )
 
 
-def call_onnxscript_translation(ctx: TranslationContext, translation: Translation,
-                                args: Sequence[Any], kwargs: Mapping[str, Any],
-                                translator: Translator) -> Any:
+def call_onnxscript_translation(
+    ctx: TranslationContext,
+    translation: Translation,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    translator: Translator,
+) -> Any:
     """Call a custom translation written against onnxscript's API."""
     import onnxscript
     from onnxscript import evaluator as ox_evaluator

@@ -23,8 +23,7 @@ EXTERNAL_DATA_THRESHOLD = 1024
 
 def _initializer_bytes(model: ir.Model) -> int:
     return sum(
-        v.const_value.nbytes for v in model.graph.initializers.values()
-        if v.const_value is not None
+        v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None
     )
 
 
@@ -71,8 +70,13 @@ def _default_session(model_bytes_or_path: bytes | str) -> Any:
 class ONNXProgram:
     """An exported ONNX model: ``model`` (onnx_ir), ``model_proto``, ``exported_program``."""
 
-    def __init__(self, model: ir.Model, exported_program: torch.export.ExportedProgram | None,
-                 *, record: Any = None) -> None:
+    def __init__(
+        self,
+        model: ir.Model,
+        exported_program: torch.export.ExportedProgram | None,
+        *,
+        record: Any = None,
+    ) -> None:
         self.model: ir.Model = model
         self.exported_program = exported_program
         self.record = record  #: exporter._record.ExportRecord of the export that made it
@@ -117,12 +121,19 @@ class ONNXProgram:
         if external_data is None:
             external_data = total > LARGE_MODEL_BYTES
         with self._io_view(include_initializers, keep_initializers_as_inputs):
-            big = [v for v in self.model.graph.initializers.values()
-                   if v.const_value is not None and v.const_value.nbytes >= EXTERNAL_DATA_THRESHOLD]
+            big = [
+                v
+                for v in self.model.graph.initializers.values()
+                if v.const_value is not None and v.const_value.nbytes >= EXTERNAL_DATA_THRESHOLD
+            ]
             if external_data and big:
                 data_name = destination.name + ".data"
-                ir.save(self.model, destination, external_data=data_name,
-                        size_threshold_bytes=EXTERNAL_DATA_THRESHOLD)
+                ir.save(
+                    self.model,
+                    destination,
+                    external_data=data_name,
+                    size_threshold_bytes=EXTERNAL_DATA_THRESHOLD,
+                )
             else:
                 if total > LARGE_MODEL_BYTES and include_initializers:
                     raise ValueError(
@@ -132,8 +143,9 @@ class ONNXProgram:
                 ir.save(self.model, destination)
 
     @contextlib.contextmanager
-    def _io_view(self, include_initializers: bool, keep_initializers_as_inputs: bool
-                 ) -> Iterator[None]:
+    def _io_view(
+        self, include_initializers: bool, keep_initializers_as_inputs: bool
+    ) -> Iterator[None]:
         graph = self.model.graph
         saved_inputs = list(graph.inputs)
         saved_inits = dict(graph.initializers)
@@ -155,9 +167,7 @@ class ONNXProgram:
                 graph.initializers[name] = value
 
     # ------------------------------------------------------------------- run
-    def initialize_inference_session(
-        self, initializer: Callable[[Any], Any] | None = None
-    ) -> None:
+    def initialize_inference_session(self, initializer: Callable[[Any], Any] | None = None) -> None:
         """Build the onnxruntime session now (``initializer(bytes_or_path) -> session``)."""
         if initializer is not None:
             self._session_factory = initializer
@@ -179,8 +189,9 @@ class ONNXProgram:
             self._tempdir.cleanup()
             self._tempdir = None
 
-    def _feeds(self, session: Any, args: Sequence[Any], kwargs: dict[str, Any] | None
-               ) -> dict[str, np.ndarray]:
+    def _feeds(
+        self, session: Any, args: Sequence[Any], kwargs: dict[str, Any] | None
+    ) -> dict[str, np.ndarray]:
         flat = flatten_inputs(args, kwargs)
         names = [i.name for i in session.get_inputs()]
         if len(flat) != len(names):
@@ -207,8 +218,12 @@ class ONNXProgram:
         outs = evaluator.run(None, {n: _to_numpy(t) for n, t in zip(names, flat)})
         return [torch.from_numpy(np.asarray(o)) for o in outs]
 
-    def compute_values(self, value_names: Sequence[str], args: Sequence[Any] = (),
-                       kwargs: dict[str, Any] | None = None) -> list[torch.Tensor]:
+    def compute_values(
+        self,
+        value_names: Sequence[str],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> list[torch.Tensor]:
         """Values of intermediate tensors, computed by one session exposing them as outputs."""
         graph = self.model.graph
         values = {v.name: v for v in ir.traversal.RecursiveGraphIterator(graph) for v in v.outputs}
@@ -237,8 +252,9 @@ class ONNXProgram:
         inits = self.model.graph.initializers
         for name, tensor in state_dict.items():
             if name not in inits:
-                warnings.warn(f"apply_weights: no initializer named {name!r}; skipped",
-                              stacklevel=2)
+                warnings.warn(
+                    f"apply_weights: no initializer named {name!r}; skipped", stacklevel=2
+                )
                 continue
             t = tensor.detach()
             if t.is_complex():

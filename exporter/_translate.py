@@ -105,8 +105,11 @@ class SymbolNames:
                 return int(expr)
             if self.renames:
                 expr = expr.xreplace(
-                    {s: sympy.Symbol(self.renames[str(s)]) for s in expr.free_symbols
-                     if str(s) in self.renames}
+                    {
+                        s: sympy.Symbol(self.renames[str(s)])
+                        for s in expr.free_symbols
+                        if str(s) in self.renames
+                    }
                 )
             return str(expr)
         return None
@@ -140,15 +143,18 @@ class GraphScope:
 
     def constant(self, value: Any, dtype: torch.dtype | None) -> ir.Value:
         array = _to_numpy(value, dtype)
-        key = (array.dtype.str, array.shape, array.tobytes())
+        # bfloat16 travels as a float32 array here, so the torch dtype is part of the key.
+        key = (str(dtype), array.dtype.str, array.shape, array.tobytes())
         scope: GraphScope | None = self
         while scope is not None:
             found = scope._constants.get(key)
             if found is not None:
                 return found
             scope = scope.parent
-        tensor = ir.tensor(array) if dtype is not torch.bfloat16 else ir.tensor(
-            torch.as_tensor(value, dtype=torch.bfloat16)
+        tensor = (
+            ir.tensor(array)
+            if dtype is not torch.bfloat16
+            else ir.tensor(torch.as_tensor(value, dtype=torch.bfloat16))
         )
         node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", tensor)])
         out = node.outputs[0]
@@ -197,8 +203,9 @@ class GraphScope:
                 out = ident
             self.graph.outputs.append(out)
 
-    def translate_subgraph(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], name: str
-                           ) -> ir.Graph:
+    def translate_subgraph(
+        self, gm: torch.fx.GraphModule, inputs: Sequence[Any], name: str
+    ) -> ir.Graph:
         child = self.new_child(name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(inputs):
@@ -215,8 +222,9 @@ class GraphScope:
 
 
 class Translator:
-    def __init__(self, registry: Registry, opset: int, *, metadata: bool, names: SymbolNames,
-                 root_class: str) -> None:
+    def __init__(
+        self, registry: Registry, opset: int, *, metadata: bool, names: SymbolNames, root_class: str
+    ) -> None:
         self.registry = registry
         self.opset = opset
         self.metadata = metadata
@@ -238,8 +246,7 @@ class Translator:
         self._used_names.add(name)
         return name
 
-    def new_value(self, node: torch.fx.Node | None, meta: Any, name: str | None = None
-                  ) -> ir.Value:
+    def new_value(self, node: torch.fx.Node | None, meta: Any, name: str | None = None) -> ir.Value:
         value = ir.Value(name=self.fresh_name(name or node.name))
         self.set_type(value, meta)
         return value
@@ -293,8 +300,9 @@ class Translator:
             return self.add_initializer(scope, node.target, attr, node)
         return attr  # a GraphModule for control flow: the HOP translation turns it into a graph
 
-    def add_initializer(self, scope: GraphScope, name: str, tensor: torch.Tensor,
-                        node: torch.fx.Node | None) -> ir.Value:
+    def add_initializer(
+        self, scope: GraphScope, name: str, tensor: torch.Tensor, node: torch.fx.Node | None
+    ) -> ir.Value:
         value = ir.Value(name=self.fresh_name(name))
         self.set_type(value, tensor)
         t = tensor.detach()
@@ -333,8 +341,13 @@ class Translator:
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
                 f"No translation for {_metadata.target_name(target)} (FX node {node.name})",
-                [{"target": _metadata.target_name(target), "fx_node": node.name,
-                  "source": _errors.user_source_line(node.meta.get("stack_trace"))}],
+                [
+                    {
+                        "target": _metadata.target_name(target),
+                        "fx_node": node.name,
+                        "source": _errors.user_source_line(node.meta.get("stack_trace")),
+                    }
+                ],
             )
         ctx = TranslationContext(scope, node)
         try:
@@ -366,8 +379,9 @@ class Translator:
                 n.metadata_props.update(props)
         for i, n in enumerate(ctx.nodes):
             if n.name is None:
-                n.name = self.fresh_name(f"node_{node.name}" if i == len(ctx.nodes) - 1
-                                         else f"node_{node.name}_{i}")
+                n.name = self.fresh_name(
+                    f"node_{node.name}" if i == len(ctx.nodes) - 1 else f"node_{node.name}_{i}"
+                )
         return result
 
     def _finish_outputs(self, ctx: TranslationContext, node: torch.fx.Node, result: Any) -> Any:
@@ -379,13 +393,15 @@ class Translator:
             metas = meta if isinstance(meta, (list, tuple)) else [None] * len(result)
             return type(result)(
                 self._finish_value(ctx, f"{node.name}__{i}", r, m, created)
-                if isinstance(r, ir.Value) else r
+                if isinstance(r, ir.Value)
+                else r
                 for i, (r, m) in enumerate(zip(result, metas))
             )
         return result
 
-    def _finish_value(self, ctx: TranslationContext, name: str, value: ir.Value, meta: Any,
-                      created: set[ir.Value]) -> ir.Value:
+    def _finish_value(
+        self, ctx: TranslationContext, name: str, value: ir.Value, meta: Any, created: set[ir.Value]
+    ) -> ir.Value:
         if value not in created:
             return value  # an alias of an existing value (e.g. a no-op view)
         expected = meta.dtype if isinstance(meta, torch.Tensor) else None
@@ -438,8 +454,7 @@ def translate_program(
     names: SymbolNames,
     root_class: str,
 ) -> ir.Model:
-    translator = Translator(registry, opset, metadata=metadata, names=names,
-                            root_class=root_class)
+    translator = Translator(registry, opset, metadata=metadata, names=names, root_class=root_class)
     graph = ir.Graph(inputs=[], outputs=[], nodes=[], name="main_graph")
     scope = GraphScope(translator, graph, parent=None)
     sig = program.graph_signature
@@ -451,8 +466,9 @@ def translate_program(
         meta = node.meta.get("val")
         if kind == gs.InputKind.USER_INPUT:
             if isinstance(spec.arg, gs.ConstantArgument) or meta is None:
-                scope.env[node] = spec.arg.value if isinstance(spec.arg, gs.ConstantArgument) \
-                    else None
+                scope.env[node] = (
+                    spec.arg.value if isinstance(spec.arg, gs.ConstantArgument) else None
+                )
                 continue
             value = translator.new_value(node, meta)
             graph.inputs.append(value)
@@ -460,12 +476,12 @@ def translate_program(
             if metadata:
                 value.metadata_props[_metadata.INPUT_KIND] = kind.name
         else:
-            tensor = state.get(spec.target) if spec.target in state else constants.get(
-                spec.target)
+            tensor = state.get(spec.target) if spec.target in state else constants.get(spec.target)
             if tensor is None:
                 raise _errors.TranslationError(
                     f"{kind.name} {spec.target} (FX node {node.name}) has no tensor in the "
-                    f"exported program's state_dict or constants", fx_node=node.name,
+                    f"exported program's state_dict or constants",
+                    fx_node=node.name,
                 )
             if not isinstance(tensor, torch.Tensor):
                 scope.env[node] = tensor  # a script object: translations handle it
@@ -489,8 +505,13 @@ def translate_program(
         graph.metadata_props[_metadata.RANGE_CONSTRAINTS] = str(program.range_constraints)
     graph.opset_imports.update(translator.opset_imports)
     graph.meta[FX_VALUES_KEY] = dict(translator.fx_values)
-    model = ir.Model(graph, ir_version=10, producer_name="torch-onnx-conformance",
-                     producer_version=_version(), functions=list(translator.functions.values()))
+    model = ir.Model(
+        graph,
+        ir_version=10,
+        producer_name="torch-onnx-conformance",
+        producer_version=_version(),
+        functions=list(translator.functions.values()),
+    )
     return model
 
 

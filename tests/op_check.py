@@ -39,8 +39,9 @@ def run_onnx(program: exporter.ONNXProgram, args: Sequence[Any]) -> list[np.ndar
     onnx.checker.check_model(proto, full_check=True)
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     flat = [a for a in pytree.tree_leaves(tuple(args)) if isinstance(a, torch.Tensor)]
     feeds = {i.name: t.detach().numpy() for i, t in zip(session.get_inputs(), flat)}
     return session.run(None, feeds)
@@ -61,8 +62,9 @@ def check_op(
     """Export ``fn`` at ``args`` and assert onnxruntime matches eager (and at ``second_args``)."""
     module = fn if isinstance(fn, torch.nn.Module) else Lambda(fn)
     module.eval()
-    program = exporter.export(module, tuple(args), dynamic_shapes=dynamic_shapes,
-                              opset_version=opset, optimize=optimize)
+    program = exporter.export(
+        module, tuple(args), dynamic_shapes=dynamic_shapes, opset_version=opset, optimize=optimize
+    )
     for inputs in [args] + ([second_args] if second_args is not None else []):
         expected = _flat_outputs(module(*inputs))
         got = run_onnx(program, inputs)

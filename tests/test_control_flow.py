@@ -44,11 +44,19 @@ def test_cond_both_branches_two_sizes():
 
 def test_while_loop_two_sizes():
     x = torch.rand(3) + 0.5
-    check_op(WhileLoop(), (x, torch.tensor([40.0])), dynamic_shapes=({0: "n"}, None),
-             second_args=(torch.rand(6) + 0.5, torch.tensor([500.0])))
+    check_op(
+        WhileLoop(),
+        (x, torch.tensor([40.0])),
+        dynamic_shapes=({0: "n"}, None),
+        second_args=(torch.rand(6) + 0.5, torch.tensor([500.0])),
+    )
 
 
 def test_scan_two_sizes():
     init, xs = torch.rand(3), torch.rand(5, 3)
-    check_op(CumulativeScan(), (init, xs), dynamic_shapes=({0: "f"}, {0: "t", 1: "f"}),
-             second_args=(torch.rand(4), torch.rand(9, 4)))
+    check_op(
+        CumulativeScan(),
+        (init, xs),
+        dynamic_shapes=({0: "f"}, {0: "t", 1: "f"}),
+        second_args=(torch.rand(4), torch.rand(9, 4)),
+    )

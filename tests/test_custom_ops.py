@@ -53,12 +53,14 @@ def _check(program, x, y):
     return proto
 
 
-@pytest.mark.parametrize("translation", [onnxscript_builders, ctx_style],
-                         ids=["onnxscript-builders", "ctx"])
+@pytest.mark.parametrize(
+    "translation", [onnxscript_builders, ctx_style], ids=["onnxscript-builders", "ctx"]
+)
 def test_custom_translation_inline(translation):
     x, y = torch.rand(2, 3), torch.rand(2, 3)
-    program = exporter.export(UsesCustomOp(), (x, y),
-                              custom_translation_table={SCALED_ADD: translation})
+    program = exporter.export(
+        UsesCustomOp(), (x, y), custom_translation_table={SCALED_ADD: translation}
+    )
     proto = _check(program, x, y)
     assert {n.op_type for n in proto.graph.node} >= {"Add", "Mul"}
 
@@ -66,8 +68,12 @@ def test_custom_translation_inline(translation):
 @pytest.mark.parametrize("optimize", [False, True])
 def test_onnxscript_function_is_kept_as_a_function(optimize):
     x, y = torch.rand(2, 3), torch.rand(2, 3)
-    program = exporter.export(UsesCustomOp(), (x, y), optimize=optimize,
-                              custom_translation_table={SCALED_ADD: scaled_add_function})
+    program = exporter.export(
+        UsesCustomOp(),
+        (x, y),
+        optimize=optimize,
+        custom_translation_table={SCALED_ADD: scaled_add_function},
+    )
     proto = _check(program, x, y)
     assert [f.name for f in proto.functions] == ["scaled_add_function"]
     call = [n for n in proto.graph.node if n.op_type == "scaled_add_function"]
@@ -79,9 +85,12 @@ def test_custom_domain_node_gets_its_opset_import():
     def emit_custom(ctx, x, y, scale):
         return ctx.op.ScaledAdd(x, y, scale=scale, _domain="com.vendor", _version=2)
 
-    program = exporter.export(UsesCustomOp(), (torch.rand(2, 3), torch.rand(2, 3)),
-                              optimize=False,
-                              custom_translation_table={SCALED_ADD: emit_custom})
+    program = exporter.export(
+        UsesCustomOp(),
+        (torch.rand(2, 3), torch.rand(2, 3)),
+        optimize=False,
+        custom_translation_table={SCALED_ADD: emit_custom},
+    )
     imports = {i.domain: i.version for i in program.model_proto.opset_import}
     assert imports.get("com.vendor") == 2
 
@@ -104,7 +113,10 @@ def test_custom_translation_overrides_builtin():
         return ctx.op.HardSigmoid(x)
 
     x = torch.rand(4)
-    program = exporter.export(AddModel(), (x,), optimize=False,
-                              custom_translation_table={torch.ops.aten.sigmoid.default:
-                                                        sigmoid_override})
+    program = exporter.export(
+        AddModel(),
+        (x,),
+        optimize=False,
+        custom_translation_table={torch.ops.aten.sigmoid.default: sigmoid_override},
+    )
     assert [n.op_type for n in program.model.graph] == ["HardSigmoid"]

@@ -88,9 +88,11 @@ def test_seed_dict_list_mlp(tmp_path):
     input_names = ["tensor_input", "tensor_x", "list_input_index_0"]
     output_names = ["output"]
     program = exporter.export(
-        model, (tensor_input, dict_input, list_input),
+        model,
+        (tensor_input, dict_input, list_input),
         dynamic_shapes=({0: "batch_size"}, {"tensor_x": {0: "batch_size"}}, [{0: "batch_size"}]),
-        input_names=input_names, output_names=output_names,
+        input_names=input_names,
+        output_names=output_names,
     )
     for i in range(3):
         assert program.model.graph.inputs[i].shape == ("batch_size", 8)
@@ -101,26 +103,28 @@ def test_seed_dict_list_mlp(tmp_path):
     for batch in (97, 3):
         a, b, c = (torch.rand((batch, 8)) for _ in range(3))
         (got,) = _ort_run(path, [a, b, c])
-        torch.testing.assert_close(torch.from_numpy(got), model(a, {"tensor_x": b}, [c]),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            torch.from_numpy(got), model(a, {"tensor_x": b}, [c]), rtol=1e-5, atol=1e-6
+        )
     # ONNXProgram.__call__ runs the same model through onnxruntime, taking the tree inputs.
     (called,) = program(tensor_input, dict_input, list_input)
-    torch.testing.assert_close(called, model(tensor_input, dict_input, list_input),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        called, model(tensor_input, dict_input, list_input), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_legacy_dynamic_axes_converted_with_deprecation_warning():
     model = MLPModel().eval()
     with pytest.warns(DeprecationWarning, match="dynamic_axes is deprecated"):
-        program = exporter.export(model, (torch.rand(4, 8),), input_names=["x"],
-                                  dynamic_axes={"x": {0: "batch"}})
+        program = exporter.export(
+            model, (torch.rand(4, 8),), input_names=["x"], dynamic_axes={"x": {0: "batch"}}
+        )
     assert program.model.graph.inputs[0].shape == ("batch", 8)
 
 
 def test_dim_objects_keep_their_names():
     batch = torch.export.Dim("batch")
-    program = exporter.export(MLPModel().eval(), (torch.rand(4, 8),),
-                              dynamic_shapes=({0: batch},))
+    program = exporter.export(MLPModel().eval(), (torch.rand(4, 8),), dynamic_shapes=({0: batch},))
     assert program.model.graph.inputs[0].shape == ("batch", 8)
 
 
@@ -164,16 +168,16 @@ def test_export_params_false_gives_a_valid_model_with_weights_as_inputs(tmp_path
     x = torch.rand(2, 8)
     state = model.state_dict()
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = {name: (x if name == input_names[0] else state[name]).numpy()
-             for name in input_names}
+    feeds = {name: (x if name == input_names[0] else state[name]).numpy() for name in input_names}
     (got,) = session.run(None, feeds)
     torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-5, atol=1e-6)
 
 
 def test_keep_initializers_as_inputs(tmp_path):
     path = tmp_path / "kept.onnx"
-    exporter.export(MLPModel().eval(), (torch.rand(2, 8),), str(path),
-                    keep_initializers_as_inputs=True)
+    exporter.export(
+        MLPModel().eval(), (torch.rand(2, 8),), str(path), keep_initializers_as_inputs=True
+    )
     proto = onnx.load(str(path))
     inputs = {i.name for i in proto.graph.input}
     assert {init.name for init in proto.graph.initializer} <= inputs
@@ -184,8 +188,13 @@ def test_metadata_props_and_option_to_leave_them_out():
     model = MLPModel().eval()
     program = exporter.export(model, (torch.rand(2, 8),), optimize=False)
     node = next(n for n in program.model.graph if n.op_type == "Gemm")
-    for key in (_metadata.NAMESPACE, _metadata.CLASS_HIERARCHY, _metadata.FX_NODE,
-                _metadata.NAME_SCOPES, _metadata.STACK_TRACE):
+    for key in (
+        _metadata.NAMESPACE,
+        _metadata.CLASS_HIERARCHY,
+        _metadata.FX_NODE,
+        _metadata.NAME_SCOPES,
+        _metadata.STACK_TRACE,
+    ):
         assert key in node.metadata_props, key
     assert "fc0" in node.metadata_props[_metadata.NAMESPACE]
     graph_props = program.model.graph.metadata_props
@@ -199,9 +208,7 @@ def test_metadata_props_and_option_to_leave_them_out():
 
     bare = exporter.export(model, (torch.rand(2, 8),), optimize=False, metadata=False)
     assert all(not n.metadata_props for n in bare.model.graph)
-    assert len(bare.model_proto.SerializeToString()) < len(
-        program.model_proto.SerializeToString()
-    )
+    assert len(bare.model_proto.SerializeToString()) < len(program.model_proto.SerializeToString())
 
 
 def test_is_in_onnx_export_flag_is_raised_during_export():

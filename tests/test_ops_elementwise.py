@@ -571,11 +571,6 @@ def test_bfloat16(name):
     check_op(fn, (r(6), r(6, seed=5)), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.xfail(
-    reason="core: GraphScope.constant keys bfloat16 constants by their float32 "
-    "numpy copy, so a bf16 and a float32 constant of equal value collide",
-    strict=False,
-)
 def test_bfloat16_and_float32_constants_of_equal_value_in_one_graph():
     check_op(
         lambda a: (a.bfloat16().clamp(0, 1).float(), torch.erfinv(a * 0.1)),

@@ -74,6 +74,28 @@ CASES = [
         None,
     ),
     (
+        "istft_roundtrip",
+        lambda x, w: torch.istft(
+            torch.stft(x, 16, hop_length=4, window=w, return_complex=True),
+            16,
+            hop_length=4,
+            window=w,
+        ),
+        (r(2, 100), torch.hann_window(16)),
+        None,
+    ),
+    (
+        "istft_1d_length_normalized",
+        lambda x: torch.istft(
+            torch.stft(x, 8, normalized=True, return_complex=True),
+            8,
+            normalized=True,
+            length=70,
+        ),
+        (r(64),),
+        (r(90),),
+    ),
+    (
         "stft_real_pairs",
         lambda x: torch.view_as_real(torch.stft(x, 8, return_complex=True)),
         (r(32),),

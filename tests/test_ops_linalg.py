@@ -144,6 +144,54 @@ CASES = [
         (torch.linalg.cholesky(spd(3)).mT,),
         None,
     ),
+    ("lu_factor", lambda a: torch.linalg.lu_factor(a), (r(4, 4),), (r(6, 6),)),
+    ("lu_factor_ex_batched", lambda a: torch.linalg.lu_factor_ex(a), (r(2, 3, 3),), None),
+    ("lu_rectangular", lambda a: torch.linalg.lu(a), (r(2, 5, 3),), (r(3, 6, 4),)),
+    ("lu_wide_loop", lambda a: torch.linalg.lu(a), (r(9, 11),), None),
+    ("lu_unpack", lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), (r(4, 4),), None),
+    (
+        "lu_solve",
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b),
+        (well_conditioned(3, 3), r(3, 2)),
+        (well_conditioned(5, 5), r(5, 1)),
+    ),
+    (
+        "lu_solve_adjoint_right",
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, left=False, adjoint=True),
+        (well_conditioned(3, 3), r(2, 3)),
+        None,
+    ),
+    ("qr", lambda a: torch.linalg.qr(a), (r(5, 3),), (r(7, 4),)),
+    ("qr_complete_wide", lambda a: torch.linalg.qr(a, mode="complete"), (r(2, 3, 5),), None),
+    ("qr_r_only_loop", lambda a: torch.linalg.qr(a, mode="r")[1], (r(12, 10),), None),
+    ("geqrf", lambda a: torch.geqrf(a), (r(4, 3),), None),
+    (
+        "householder_product",
+        lambda a: torch.linalg.householder_product(*torch.geqrf(a)),
+        (r(5, 3),),
+        None,
+    ),
+    (
+        "ormqr",
+        lambda a, c: torch.ormqr(*torch.geqrf(a), c, transpose=True),
+        (r(4, 4), r(4, 2)),
+        None,
+    ),
+    ("eigvalsh", lambda a: torch.linalg.eigvalsh(a + a.mT), (r(2, 5, 5),), (r(3, 4, 4),)),
+    ("eigvalsh_upper_odd", lambda a: torch.linalg.eigvalsh(a, UPLO="U"), (r(7, 7),), None),
+    ("svdvals", lambda a: torch.linalg.svdvals(a), (r(2, 5, 3),), (r(3, 4, 6),)),
+    ("svd_full_of_empty", lambda a: torch.linalg.svd(a), (torch.zeros(2, 0, 3),), None),
+    ("svdvals_wide", lambda a: torch.linalg.svdvals(a), (r(3, 6),), None),
+    ("pinv", lambda a: torch.linalg.pinv(a), (r(4, 3),), (r(5, 2),)),
+    ("pinv_singular", lambda a: torch.linalg.pinv(a @ a.mT), (r(5, 2),), None),
+    ("pinv_hermitian", lambda a: torch.linalg.pinv(a + a.mT, hermitian=True), (r(4, 4),), None),
+    ("matrix_rank", lambda a: torch.linalg.matrix_rank(a @ a.mT), (r(2, 5, 3),), None),
+    (
+        "matrix_rank_atol",
+        lambda a: torch.linalg.matrix_rank(a, atol=1.0, rtol=0.1),
+        (r(4, 4),),
+        None,
+    ),
     ("cross", lambda a, b: torch.linalg.cross(a, b), (r(4, 3), r(4, 3)), None),
     ("cross_dim0_broadcast", lambda a, b: torch.cross(a, b, dim=0), (r(3, 5), r(3, 1)), None),
     (
@@ -209,6 +257,50 @@ def test_det_and_inverse_across_opsets(opset):
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+def run(fn, *args):
+    import exporter
+    from tests.op_check import Lambda, run_onnx
+
+    program = exporter.export(Lambda(fn), args, optimize=False)
+    return [torch.from_numpy(out) for out in run_onnx(program, args)]
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_eigh_decomposes(n):
+    """Eigenvectors are unique only up to sign: check values, reconstruction, orthonormality."""
+    a = r(2, n, n)
+    a = a + a.mT
+    values, vectors = run(torch.linalg.eigh, a)
+    torch.testing.assert_close(values, torch.linalg.eigvalsh(a), rtol=1e-4, atol=1e-4)
+    rebuilt = vectors @ torch.diag_embed(values) @ vectors.mT
+    torch.testing.assert_close(rebuilt, a, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        vectors.mT @ vectors, torch.eye(n).expand(2, n, n), atol=1e-5, rtol=0
+    )
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5)])
+def test_svd_decomposes(shape):
+    a = r(*shape)
+    u, s, vh = run(lambda t: torch.linalg.svd(t, full_matrices=False), a)
+    torch.testing.assert_close(s, torch.linalg.svdvals(a), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(u @ torch.diag(s) @ vh, a, rtol=1e-4, atol=1e-4)
+
+
+def test_svd_orientation_is_decided_at_run_time():
+    """Exported on a tall matrix, run on a wide one: the surplus columns must drop out."""
+    a = r(5, 3)
+    program = check_op(
+        lambda t: torch.linalg.svd(t, full_matrices=False)[1],
+        (a,),
+        dynamic_shapes=dynamic(a),
+        second_args=(r(3, 6),),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    assert "Loop" in {n.op_type for n in program.model_proto.graph.node}
 
 
 def test_cross_with_a_dynamic_batch():

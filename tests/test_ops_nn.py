@@ -178,6 +178,8 @@ def test_layer_norm_dtypes(dtype):
     x = r(2, 3, 8, dtype=dtype)
     tol = 1e-5 if dtype == torch.float64 else 2e-2
     check_op(lambda x: F.layer_norm(x, (8,)), [x], rtol=tol, atol=tol)
+    # The statistics outputs come in the stash type and are cast to torch's dtype.
+    check_op(lambda x: aten.native_layer_norm(x, [8], None, None, 1e-5), [x], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("opset", [17, 20, 21, 23])
@@ -442,6 +444,10 @@ def test_embedding_bag_options(opset):
         opset=opset,
     )
     check_op(lambda i, o, w: F.embedding_bag(i, w, o, mode="max"), [idx, offsets, w], opset=opset)
+
+
+def test_one_hot_of_a_scalar():
+    check_op(lambda x: F.one_hot(x, 4), [torch.tensor(2)])
 
 
 def test_one_hot():

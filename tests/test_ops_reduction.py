@@ -249,6 +249,27 @@ CASES = [
     ("mode_int", lambda x: torch.mode(x, 0), (torch.tensor([[3, 1], [3, 2], [1, 2]]),), None),
     ("histc", lambda x: torch.histc(x, 10, -2, 2), (r(50),), (r(30),)),
     ("histc_auto", lambda x: torch.histc(x, 7), (r(40),), (r(20),)),
+    (
+        "histc_edges",
+        lambda x: torch.histc(x, 4, 0, 4),
+        (torch.tensor([0.0, 1, 2, 3, 4, 4, 5, -1]),),
+        None,
+    ),
+    # torch has no meta kernel for histogram, so it exports with static shapes only.
+    ("histogram", lambda x: torch.histogram(x, 6), (r(40),), None),
+    (
+        "histogram_range_weight_density",
+        lambda x, w: torch.histogram(x, 5, range=(-1.0, 2.0), weight=w, density=True),
+        (r(30), torch.rand(30)),
+        None,
+    ),
+    ("histogram_constant_input", lambda x: torch.histogram(x, 4), (torch.ones(5),), None),
+    (
+        "histogram_edges",
+        lambda x, e: torch.histogram(x, e),
+        (r(30), torch.tensor([-2.0, 0, 0.5, 3])),
+        None,
+    ),
     ("bincount", lambda x: torch.bincount(x), (torch.tensor([0, 3, 3, 1]),), None),
     (
         "bincount_weights",
@@ -288,13 +309,16 @@ def test_cumprod_is_exact_on_long_rows():
     check_op(lambda t: t.cumprod(1), (x,), rtol=1e-6, atol=0)
 
 
-def test_matrix_norm_two_is_refused_clearly():
-    import exporter
-
-    with pytest.raises(exporter.OnnxExporterError, match="singular values"):
-        exporter.export(_Norm2().eval(), (r(3, 3),))
-
-
-class _Norm2(torch.nn.Module):
-    def forward(self, x):
-        return torch.linalg.matrix_norm(x, 2)
+def test_spectral_matrix_norms():
+    """ord 2, -2 and 'nuc' come from singular values (Jacobi SVD)."""
+    x = r(2, 4, 3)
+    check_op(
+        lambda t: (
+            torch.linalg.matrix_norm(t, 2),
+            torch.linalg.matrix_norm(t, -2),
+            torch.linalg.matrix_norm(t, "nuc", dim=(0, 2), keepdim=True),
+        ),
+        (x,),
+        rtol=1e-4,
+        atol=1e-4,
+    )

@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 _BOOL_OUT = frozenset(
     "Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf".split()
 )
-_INT64_OUT = frozenset("Shape Size ArgMax ArgMin NonZero".split())
+_INT64_OUT = frozenset("Shape Size ArgMax ArgMin NonZero NonMaxSuppression".split())
 _SAME_AS_SECOND = frozenset(["Where"])
 _NO_PROPAGATION = frozenset(
-    "Cast CastLike Constant ConstantOfShape If Loop Scan TopK Unique Split QuantizeLinear "
+    "Cast CastLike Constant ConstantOfShape If Loop Scan TopK Unique QuantizeLinear "
     "DequantizeLinear RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial "
     "Bernoulli EyeLike SequenceConstruct SequenceAt SplitToSequence ConcatFromSequence "
     "OptionalHasElement Optional".split()
@@ -202,6 +202,10 @@ class TranslationContext:
             elif op == "Constant":
                 pass
             return
+        if op == "Split" and node.inputs[0] is not None and node.inputs[0].dtype is not None:
+            for out in node.outputs:
+                out.dtype = node.inputs[0].dtype
+            return
         if op in _BOOL_OUT:
             dtype = ir.DataType.BOOL
         elif op in _INT64_OUT:
@@ -213,8 +217,9 @@ class TranslationContext:
             dtype = first.dtype if first is not None else None
         if dtype is None:
             return  # unknown input dtype: leave the outputs untyped rather than wrongly typed
-        for out in node.outputs:
-            out.dtype = dtype
+        # Extra outputs (MaxPool indices, Dropout mask, LayerNormalization statistics) have
+        # their own dtypes; only the first output follows the rule.
+        node.outputs[0].dtype = dtype
 
     def const(self, value: Any, dtype: torch.dtype | None = None) -> ir.Value:
         """A constant value (deduplicated per graph). ``dtype`` is a torch dtype."""

@@ -162,3 +162,22 @@ def reduce(
     if op_type == "ReduceSum" or ctx.has("ReduceMax-axes-input"):
         return make(x, ctx.const(axes, torch.int64), keepdims=keepdims)
     return make(x, axes=axes, keepdims=keepdims)
+
+
+def static_ints(items: Sequence[Any], what: str) -> list[int]:
+    """ATen SymInt[] layer hyper-parameters must be plain ints for ONNX attributes."""
+    if not all(isinstance(i, int) for i in items):
+        raise NotImplementedError(
+            f"{what}={items!r} depends on a dynamic size; ONNX needs it as a constant. Export "
+            f"with that dimension static (drop it from dynamic_shapes)."
+        )
+    return [int(i) for i in items]
+
+
+def to_work(
+    ctx: Any, x: ir.Value, supported: Iterable[torch.dtype] = FLOAT32_ONLY
+) -> tuple[ir.Value, torch.dtype]:
+    """x cast to a dtype onnxruntime computes ``supported`` ops in, and its own dtype."""
+    dtype = ctx.dtype(x)
+    work = compute_dtype(dtype, supported)
+    return ctx.cast(x, work), dtype

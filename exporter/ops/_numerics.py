@@ -162,16 +162,6 @@ def filled(ctx: Any, shape: ir.Value, value: Any, dtype: torch.dtype) -> ir.Valu
     return out
 
 
-def move_axis_last(ctx: Any, x: ir.Value, ax: int) -> tuple[ir.Value, list[int] | None]:
-    """Transpose ``ax`` to the end; returns the value and the permutation that undoes it."""
-    rank = ctx.rank(x)
-    if ax == rank - 1:
-        return x, None
-    perm = [i for i in range(rank) if i != ax] + [ax]
-    inverse = [perm.index(i) for i in range(rank)]
-    return ctx.op.Transpose(x, perm=perm), inverse
-
-
 def reshaped(ctx: Any, x: ir.Value, shape: Sequence[int]) -> ir.Value:
     """Reshape to a static shape and record it, so rank and size queries work on the result."""
     out = ctx.op.Reshape(x, ctx.const(list(shape), i64))
@@ -185,6 +175,13 @@ def flatten(ctx: Any, x: ir.Value) -> ir.Value:
     out = ctx.op.Reshape(x, ctx.const([-1], i64))
     out.shape = ir.Shape([None if shape is None else math.prod(shape)])
     return out
+
+
+def annotate(ctx: Any, value: ir.Value, meta: Any) -> ir.Value:
+    """Give a value FX-style metadata (a FakeTensor), so rank and shape queries work on it."""
+    if meta is not None:
+        ctx.scope.translator.set_type(value, meta)
+    return value
 
 
 def nan_of(ctx: Any, dtype: torch.dtype) -> ir.Value:
@@ -293,19 +290,25 @@ def loop(
     body: Callable[[Any, ir.Value, list[ir.Value]], list[ir.Value]],
     state_dtypes: Sequence[torch.dtype],
     name: str,
+    condition: Callable[[Any, list[ir.Value]], ir.Value] | None = None,
 ) -> tuple[ir.Value, ...]:
-    """An ONNX Loop of ``trip_count`` (0-d int64) iterations carrying ``states``.
+    """An ONNX Loop of at most ``trip_count`` (0-d int64) iterations carrying ``states``.
 
-    ``body(sub_ctx, iteration, states) -> new_states``; returns the final states.
+    ``body(sub_ctx, iteration, states) -> new_states``; ``condition(sub_ctx, new_states)``
+    (optional) gives a 0-d bool that ends the loop early when false. Returns the final states.
     """
     sub = Subgraph(ctx, name)
     iteration = sub.input(i64, [])
     cond_in = sub.input(torch.bool, [])
     state_in = [sub.input(dt) for dt in state_dtypes]
     new_states = body(sub.ctx, iteration, state_in)
-    cond_out = sub.ctx.op.Identity(cond_in)
+    if condition is None:
+        cond_out = sub.ctx.op.Identity(cond_in)
+    else:
+        cond_out = condition(sub.ctx, list(new_states))
     graph = sub.finish([cond_out, *new_states], [torch.bool, *state_dtypes])
-    results = ctx.op.Loop(trip_count, None, *states, body=graph, _outputs=len(states))
+    keep_going = None if condition is None else ctx.const(True, torch.bool)
+    results = ctx.op.Loop(trip_count, keep_going, *states, body=graph, _outputs=len(states))
     results = results if isinstance(results, tuple) else (results,)
     for value, dtype in zip(results, state_dtypes):
         value.dtype = _dtypes.to_ir(dtype)
@@ -331,6 +334,7 @@ def topk(ctx: Any, x: ir.Value, k: Any, ax: int, largest: bool) -> tuple[ir.Valu
     if not work.is_floating_point:
         values, indices = ctx.op.TopK(xw, k, axis=ax, largest=int(largest), sorted=1, _outputs=2)
         values.dtype = xw.dtype
+        indices.dtype = ir.DataType.INT64
         return ctx.cast(values, dtype), indices
     key = ctx.op.Where(ctx.op.IsNaN(xw), ctx.const(float("inf"), work), xw)
     _, indices = ctx.op.TopK(key, k, axis=ax, largest=int(largest), sorted=1, _outputs=2)

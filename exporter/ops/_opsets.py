@@ -18,7 +18,6 @@ INTRODUCED_IN: dict[str, int] = {
     "BlackmanWindow": 17,
     "Col2Im": 18,
     "ReduceMax-axes-input": 18,  # ReduceMax/Min/Prod/L1/L2/LogSum*/SumSquare take axes as an input
-    "Resize-antialias": 18,
     "ScatterND-reduction-max": 18,
     "Split-num_outputs": 18,
     "BitwiseAnd": 18,

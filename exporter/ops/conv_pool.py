@@ -1,8 +1,9 @@
-"""Convolution, pooling, resampling: Conv/ConvTranspose, Max/AveragePool, adaptive pooling,
-Resize (interpolate), GridSample, im2col/col2im, max_unpool.
+"""Convolution and pooling: Conv/ConvTranspose, Max/AveragePool, adaptive pooling, im2col/col2im,
+max_unpool, and the backward ops of these layers that are core ATen.
 
 onnxruntime's Conv, ConvTranspose, AveragePool and global pools only have float32 kernels
-(float16 runs through its own casts), so float64 computes in float32 and casts back.
+(float16 runs through its own casts), so float64 computes in float32 and casts back. Resizing
+lives in resample.py.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from exporter.ops._nn_helpers import (
     FLOAT32_ONLY,
     as_int_list,
     compute_dtype,
+    concat_ints,
     dim_size,
     prod_of_dims,
     reduce,
     reshape,
     shape_slice,
+    static_ints,
+    to_work,
     used_outputs,
 )
 from exporter.ops._registry import translates
@@ -27,28 +31,13 @@ from exporter.ops._registry import translates
 aten = torch.ops.aten
 
 _MAXPOOL_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8})
-_RESIZE_DTYPES = frozenset({torch.float32, torch.float16, torch.int32, torch.int8, torch.uint8})
 
 
-def _static(items, what):
-    """ATen SymInt[] layer hyper-parameters must be plain ints for ONNX attributes."""
-    if not all(isinstance(i, int) for i in items):
-        raise NotImplementedError(
-            f"{what}={items!r} depends on a dynamic size; ONNX needs it as a constant. Export "
-            f"with that dimension static (drop it from dynamic_shapes)."
-        )
-    return [int(i) for i in items]
+def _batched(ctx, x, n_spatial, original):
+    """(C, *spatial) inputs get a batch axis for the ONNX op; returns x and whether it did.
 
-
-def _to_work(ctx, x, supported=FLOAT32_ONLY):
-    dtype = ctx.dtype(x)
-    work = compute_dtype(dtype, supported)
-    return ctx.cast(x, work), dtype
-
-
-def _batched(ctx, x, n_spatial):
-    """(C, *spatial) inputs get a batch axis for the ONNX op; returns x and whether it did."""
-    if ctx.rank(x) == n_spatial + 1:
+    ``original`` is the FX input ``x`` was cast from (casts carry no FX metadata)."""
+    if ctx.rank(original) == n_spatial + 1:
         return ctx.op.Unsqueeze(x, [0]), True
     return x, False
 
@@ -71,14 +60,14 @@ def _convolution(
     ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
 ):
     n = ctx.rank(weight) - 2
-    stride = _static(as_int_list(stride, n), "stride")
-    dilation = _static(as_int_list(dilation, n), "dilation")
-    groups = _static([groups], "groups")[0]
-    x, dtype = _to_work(ctx, input)
+    stride = static_ints(as_int_list(stride, n), "stride")
+    dilation = static_ints(as_int_list(dilation, n), "dilation")
+    groups = static_ints([groups], "groups")[0]
+    x, dtype = to_work(ctx, input)
     work = ctx.dtype(x)
     w = ctx.cast(weight, work)
     b = None if bias is None else ctx.cast(bias, work)
-    x, added = _batched(ctx, x, n)
+    x, added = _batched(ctx, x, n, input)
     if isinstance(padding, str):
         kernel = ctx.static_shape(weight)
         if padding == "valid":
@@ -98,9 +87,9 @@ def _convolution(
             x = ctx.op.Pad(x, ctx.op.Concat(zeros, begin, zeros, ctx.op.Sub(total, begin), axis=0))
             pads = [0] * (2 * n)
     else:
-        pads = _static(as_int_list(padding, n), "padding") * 2
+        pads = static_ints(as_int_list(padding, n), "padding") * 2
     if transposed:
-        out_pad = _static(as_int_list(output_padding, n), "output_padding")
+        out_pad = static_ints(as_int_list(output_padding, n), "output_padding")
         if all(o < s for o, s in zip(out_pad, stride)):
             y = ctx.op.ConvTranspose(
                 x,
@@ -172,10 +161,12 @@ def conv_transpose(
 
 # ---------------------------------------------------------------------------------- pooling
 def _pool_args(n, kernel_size, stride, padding, dilation=1):
-    kernel = _static(as_int_list(kernel_size, n), "kernel_size")
-    stride = _static(as_int_list(stride, n), "stride") if stride not in (None, [], ()) else kernel
-    pads = _static(as_int_list(padding, n), "padding") * 2
-    dilation = _static(as_int_list(dilation, n), "dilation")
+    kernel = static_ints(as_int_list(kernel_size, n), "kernel_size")
+    stride = (
+        static_ints(as_int_list(stride, n), "stride") if stride not in (None, [], ()) else kernel
+    )
+    pads = static_ints(as_int_list(padding, n), "padding") * 2
+    dilation = static_ints(as_int_list(dilation, n), "dilation")
     return kernel, stride, pads, dilation
 
 
@@ -223,8 +214,8 @@ def _crop_spatial(ctx, y, n, sizes):
 
 def _max_pool(ctx, n, self, kernel_size, stride, padding, dilation, ceil_mode, with_indices):
     kernel, strides, pads, dilations = _pool_args(n, kernel_size, stride, padding, dilation)
-    x, dtype = _to_work(ctx, self, _MAXPOOL_DTYPES)
-    x, added = _batched(ctx, x, n)
+    x, dtype = to_work(ctx, self, _MAXPOOL_DTYPES)
+    x, added = _batched(ctx, x, n, self)
     attrs = dict(
         kernel_shape=kernel,
         strides=strides,
@@ -269,8 +260,8 @@ def _avg_pool(
     ctx, n, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
 ):
     kernel, strides, pads, dilations = _pool_args(n, kernel_size, stride, padding)
-    x, dtype = _to_work(ctx, self)
-    x, added = _batched(ctx, x, n)
+    x, dtype = to_work(ctx, self)
+    x, added = _batched(ctx, x, n, self)
     if divisor_override:
         # The window sum divided by a fixed number: a depthwise convolution with ones.
         y = _window_sum(ctx, x, n, kernel, strides, pads, ceil_mode)
@@ -409,7 +400,7 @@ def _same_size(a, b) -> bool:
 def _adaptive_avg(ctx, self, output_size):
     n = len(output_size)
     out_sizes = _adaptive_out_sizes(ctx, self, output_size)
-    x, dtype = _to_work(ctx, self, {torch.float32, torch.float64, torch.float16})
+    x, dtype = to_work(ctx, self, {torch.float32, torch.float64, torch.float16})
     rank = ctx.rank(self)
     axes = list(range(rank - n, rank))
     if all(o == 1 for o in out_sizes):
@@ -424,7 +415,7 @@ def _adaptive_avg(ctx, self, output_size):
         and dtype != torch.float64
     ):
         kernel = [s // o for s, o in zip(in_sizes, out_sizes)]
-        xb, added = _batched(ctx, ctx.cast(x, torch.float32), n)
+        xb, added = _batched(ctx, ctx.cast(x, torch.float32), n, self)
         y = ctx.op.AveragePool(xb, kernel_shape=kernel, strides=kernel)
         return ctx.cast(_unbatch(ctx, y, added), dtype)
     if 0 in in_sizes or 0 in shape[: rank - n]:
@@ -481,7 +472,7 @@ def adaptive_avg_pool(ctx, self, output_size):
 def _adaptive_max(ctx, self, output_size, want_indices):
     n = len(output_size)
     out_sizes = _adaptive_out_sizes(ctx, self, output_size)
-    x, dtype = _to_work(ctx, self, _MAXPOOL_DTYPES - {torch.int8, torch.uint8})
+    x, dtype = to_work(ctx, self, _MAXPOOL_DTYPES - {torch.int8, torch.uint8})
     work = ctx.dtype(x)
     rank = ctx.rank(self)
     axes = list(range(rank - n, rank))
@@ -549,350 +540,6 @@ translates(
 )(_adaptive_max_translation)
 
 
-# ------------------------------------------------------------------------------- resampling
-def _scales_from(scale_factors, n):
-    if scale_factors is None:
-        return None
-    scales = [float(s) for s in as_int_list(list(scale_factors), n)]
-    return scales if all(s is not None for s in scales) else None
-
-
-def _resize(ctx, input, n, mode, output_size, scales, *, align_corners=False, nearest_exact=False):
-    """Resize the last ``n`` axes; torch gives either output sizes or per-axis scale factors."""
-    x, dtype = _to_work(ctx, input, _RESIZE_DTYPES if mode == "nearest" else FLOAT32_ONLY)
-    rank = ctx.rank(input)
-    # onnxruntime interpolates (bi)linearly only over the last 2 axes of 4-D or last 3 of 5-D,
-    # so a 1-D linear resize runs as a 2-D one over a unit axis.
-    lift = mode == "linear" and n == 1
-    if lift:
-        x = ctx.op.Unsqueeze(x, [rank - 1])
-        rank, n = rank + 1, 2
-        scales = None if scales is None else [1.0, *scales]
-        output_size = None if output_size is None else [1, *output_size]
-    if mode == "nearest":
-        transform = "half_pixel" if nearest_exact else "asymmetric"
-        extra = dict(nearest_mode="round_prefer_ceil" if nearest_exact else "floor")
-    else:
-        transform = "align_corners" if align_corners else "half_pixel"
-        # torch's bicubic is Keys' kernel with a = -0.75.
-        extra = dict(cubic_coeff_a=-0.75) if mode == "cubic" else {}
-    if scales is not None:
-        scales_value = ctx.const([1.0] * (rank - n) + list(scales), torch.float32)
-        y = ctx.op.Resize(
-            x, None, scales_value, mode=mode, coordinate_transformation_mode=transform, **extra
-        )
-    else:
-        sizes = (
-            ctx.op.Concat(
-                shape_slice(ctx, input, 0, ctx.rank(input) - (n - lift)),
-                ctx.ints(list(output_size)),
-                axis=0,
-            )
-            if not lift
-            else ctx.op.Concat(
-                shape_slice(ctx, input, 0, ctx.rank(input) - 1), ctx.ints(list(output_size)), axis=0
-            )
-        )
-        y = ctx.op.Resize(
-            x, None, None, sizes, mode=mode, coordinate_transformation_mode=transform, **extra
-        )
-    if lift:
-        y = ctx.op.Squeeze(y, [rank - 2])
-    return ctx.cast(y, dtype)
-
-
-def _resize_default_scales(ctx, self, output_size, scales):
-    """The ``.default`` overloads pass output sizes and optional per-axis scales.
-
-    torch maps coordinates with the scales when given; Resize can take scales only when they
-    also produce the requested sizes (floor(in * scale)), otherwise sizes rule."""
-    if not scales or any(s is None for s in scales):
-        return None
-    n = len(scales)
-    in_sizes = ctx.shape(self)[-n:]
-    for size, out, scale in zip(in_sizes, output_size, scales):
-        if not (isinstance(size, int) and isinstance(out, int)) or int(size * scale) != out:
-            return None
-    return [float(s) for s in scales]
-
-
-def _aa_filter(x: float, cubic: bool) -> float:
-    x = abs(x)
-    if not cubic:
-        return 1.0 - x if x < 1.0 else 0.0
-    a = -0.5  # torch's antialiased bicubic uses a = -0.5, as PIL does
-    if x < 1.0:
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-    if x < 2.0:
-        return (((x - 5) * x + 8) * x - 4) * a
-    return 0.0
-
-
-def _aa_matrix(
-    in_size: int, out_size: int, align_corners: bool, scale: float | None, cubic: bool
-) -> np.ndarray:
-    """torch's antialiased interpolation weights for one axis as an (out, in) matrix.
-
-    The filter widens with the downscaling factor and is truncated at the borders, where the
-    remaining weights are renormalised (onnxruntime's Resize(antialias=1) differs there)."""
-    if align_corners:
-        step = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-    else:
-        step = 1.0 / scale if scale else in_size / out_size
-    half_width = 2.0 if cubic else 1.0
-    support = half_width * step if step >= 1.0 else half_width
-    invscale = 1.0 / step if step >= 1.0 else 1.0
-    matrix = np.zeros((out_size, in_size), dtype=np.float64)
-    for i in range(out_size):
-        center = step * (i + 0.5)
-        lo = max(int(center - support + 0.5), 0)
-        hi = min(int(center + support + 0.5), in_size)
-        weights = [_aa_filter((j - center + 0.5) * invscale, cubic) for j in range(lo, hi)]
-        total = sum(weights)
-        for j, w in zip(range(lo, hi), weights):
-            matrix[i, j] = w / total if total != 0 else w
-    return matrix
-
-
-def _aa_weights(ctx, in_len, out_len, align_corners, scale, cubic, dtype):
-    """_aa_matrix built in the graph, for symbolic sizes (0-d int64 ``in_len``/``out_len``)."""
-    f = ctx.cast
-    one = ctx.scalar(1.0, dtype)
-    half = ctx.scalar(0.5, dtype)
-    zero = ctx.scalar(0.0, dtype)
-    n_in, n_out = f(in_len, dtype), f(out_len, dtype)
-    if align_corners:
-        step = ctx.op.Where(
-            ctx.op.Greater(n_out, one),
-            ctx.op.Div(ctx.op.Sub(n_in, one), ctx.op.Max(ctx.op.Sub(n_out, one), one)),
-            zero,
-        )
-    elif scale:
-        step = ctx.scalar(1.0 / scale, dtype)
-    else:
-        step = ctx.op.Div(n_in, n_out)
-    widening = ctx.op.GreaterOrEqual(step, one)
-    half_width = ctx.scalar(2.0 if cubic else 1.0, dtype)
-    support = ctx.op.Where(widening, ctx.op.Mul(half_width, step), half_width)
-    invscale = ctx.op.Where(widening, ctx.op.Div(one, step), one)
-    i64 = torch.int64
-    cells = f(ctx.op.Range(ctx.scalar(0, i64), ctx.scalar(out_len, i64), ctx.scalar(1, i64)), dtype)
-    center = ctx.op.Unsqueeze(ctx.op.Mul(step, ctx.op.Add(cells, half)), [1])  # (out, 1)
-    j = f(ctx.op.Range(ctx.scalar(0, i64), in_len, ctx.scalar(1, i64)), dtype)  # (in,)
-    lo = ctx.op.Max(ctx.op.Floor(ctx.op.Add(ctx.op.Sub(center, support), half)), zero)
-    hi = ctx.op.Min(ctx.op.Floor(ctx.op.Add(ctx.op.Add(center, support), half)), n_in)
-    inside = ctx.op.And(ctx.op.GreaterOrEqual(j, lo), ctx.op.Less(j, hi))
-    x = ctx.op.Abs(ctx.op.Mul(ctx.op.Add(ctx.op.Sub(j, center), half), invscale))
-    if cubic:
-        a = -0.5
-        c = ctx.scalar
-        near = ctx.op.Add(
-            ctx.op.Mul(
-                ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(c(a + 2, dtype), x), c(a + 3, dtype)), x), x
-            ),
-            one,
-        )
-        far = ctx.op.Mul(
-            ctx.op.Sub(
-                ctx.op.Mul(
-                    ctx.op.Add(ctx.op.Mul(ctx.op.Sub(x, c(5.0, dtype)), x), c(8.0, dtype)), x
-                ),
-                c(4.0, dtype),
-            ),
-            c(a, dtype),
-        )
-        w = ctx.op.Where(
-            ctx.op.Less(x, one), near, ctx.op.Where(ctx.op.Less(x, c(2.0, dtype)), far, zero)
-        )
-    else:
-        w = ctx.op.Max(ctx.op.Sub(one, x), zero)
-    w = ctx.op.Where(inside, w, zero)
-    total = reduce(ctx, "ReduceSum", w, [1], 1)
-    return ctx.op.Div(w, ctx.op.Where(ctx.op.Equal(total, zero), one, total))
-
-
-def _resize_antialiased(ctx, input, output_size, scales, align_corners, cubic):
-    """Separable antialiased resize of the last two axes: rows, then columns, as MatMuls."""
-    x, dtype = _to_work(ctx, input, {torch.float32, torch.float64})
-    work = ctx.dtype(x)
-    in_sizes = list(ctx.shape(input)[-2:])
-    scales = scales or [None, None]
-    matrices = []
-    for axis, (size, scale) in enumerate(zip(in_sizes, scales)):
-        out = output_size[axis] if output_size is not None else None
-        if isinstance(size, int) and (isinstance(out, int) or out is None):
-            out = int(size * scale) if out is None else out
-            matrices.append(ctx.const(_aa_matrix(size, out, align_corners, scale, cubic), work))
-            continue
-        length = ctx.op.Squeeze(dim_size(ctx, input, ctx.rank(input) - 2 + axis), [0])
-        if out is None:
-            out = ctx.op.Cast(
-                ctx.op.Floor(
-                    ctx.op.Mul(
-                        ctx.cast(length, torch.float64), ctx.scalar(float(scale), torch.float64)
-                    )
-                ),
-                to=ir.DataType.INT64,
-            )
-        matrices.append(_aa_weights(ctx, length, out, align_corners, scale, cubic, work))
-    y = ctx.op.MatMul(matrices[0], x)
-    y = ctx.op.MatMul(y, ctx.op.Transpose(matrices[1], perm=[1, 0]))
-    return ctx.cast(y, dtype)
-
-
-def _register_resize(name, n, mode, *, has_align, nearest_exact=False):
-    packet = getattr(aten, name)
-
-    if has_align:
-
-        def vec(ctx, input, output_size, align_corners, scale_factors):
-            scales = _scales_from(scale_factors, n) if output_size is None else None
-            return _resize(ctx, input, n, mode, output_size, scales, align_corners=align_corners)
-
-        def default(ctx, self, output_size, align_corners, *scales):
-            return _resize(
-                ctx,
-                self,
-                n,
-                mode,
-                output_size,
-                _resize_default_scales(ctx, self, output_size, scales),
-                align_corners=align_corners,
-            )
-    else:
-
-        def vec(ctx, input, output_size, scale_factors):
-            scales = _scales_from(scale_factors, n) if output_size is None else None
-            return _resize(ctx, input, n, mode, output_size, scales, nearest_exact=nearest_exact)
-
-        def default(ctx, self, output_size, *scales):
-            return _resize(
-                ctx,
-                self,
-                n,
-                mode,
-                output_size,
-                _resize_default_scales(ctx, self, output_size, scales),
-                nearest_exact=nearest_exact,
-            )
-
-    translates(packet.vec)(vec)
-    translates(packet.default)(default)
-
-
-def _register_antialiased(name, cubic):
-    packet = getattr(aten, name)
-
-    def vec(ctx, input, output_size, align_corners, scale_factors):
-        scales = _scales_from(scale_factors, 2)
-        return _resize_antialiased(ctx, input, output_size, scales, align_corners, cubic)
-
-    def default(ctx, self, output_size, align_corners, scales_h=None, scales_w=None):
-        scales = [scales_h, scales_w] if scales_h is not None and scales_w is not None else None
-        return _resize_antialiased(ctx, self, output_size, scales, align_corners, cubic)
-
-    translates(packet.vec)(vec)
-    translates(packet.default)(default)
-
-
-for _n, _d in ((1, "1d"), (2, "2d"), (3, "3d")):
-    _register_resize(f"upsample_nearest{_d}", _n, "nearest", has_align=False)
-    _register_resize(
-        f"_upsample_nearest_exact{_d}", _n, "nearest", has_align=False, nearest_exact=True
-    )
-_register_resize("upsample_linear1d", 1, "linear", has_align=True)
-_register_resize("upsample_bilinear2d", 2, "linear", has_align=True)
-_register_resize("upsample_trilinear3d", 3, "linear", has_align=True)
-_register_resize("upsample_bicubic2d", 2, "cubic", has_align=True)
-_register_antialiased("_upsample_bilinear2d_aa", cubic=False)
-_register_antialiased("_upsample_bicubic2d_aa", cubic=True)
-
-
-_GRID_MODES_16 = {0: "bilinear", 1: "nearest", 2: "bicubic"}
-_GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
-_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
-
-
-def _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
-    x, dtype = _to_work(ctx, input, {torch.float32, torch.float64, torch.float16})
-    g = ctx.cast(grid, ctx.dtype(x))
-    modes = _GRID_MODES_20 if ctx.has("GridSample-nd") else _GRID_MODES_16
-    y = ctx.op.GridSample(
-        x,
-        g,
-        mode=modes[int(interpolation_mode)],
-        padding_mode=_GRID_PADDING[int(padding_mode)],
-        align_corners=int(bool(align_corners)),
-    )
-    return ctx.cast(y, dtype)
-
-
-@translates(aten.grid_sampler_2d.default)
-def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
-    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-@translates(aten.grid_sampler_3d.default)
-def grid_sampler_3d(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
-    if not ctx.has("GridSample-nd"):
-        raise NotImplementedError(
-            "5-D grid_sample needs GridSample over N-D inputs (ONNX opset 20); export with "
-            "opset_version >= 20"
-        )
-    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-@translates(aten.grid_sampler.default)
-def grid_sampler(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
-    if ctx.rank(input) == 5:
-        return grid_sampler_3d(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
-    return _grid_sample(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-def _base_coords(ctx, size, align_corners, dtype):
-    """torch's normalised pixel centres in [-1, 1] for an axis of ``size`` points (1-D)."""
-    count = ctx.op.Squeeze(ctx.ints([size]), [0])
-    steps = ctx.cast(
-        ctx.op.Range(ctx.scalar(0, torch.int64), count, ctx.scalar(1, torch.int64)), dtype
-    )
-    n = ctx.cast(count, dtype)
-    one = ctx.scalar(1.0, dtype)
-    two = ctx.scalar(2.0, dtype)
-    if align_corners:
-        # linspace(-1, 1, size); a single point sits at -1 (torch's linspace with steps=1).
-        denom = ctx.op.Max(ctx.op.Sub(n, one), one)
-        return ctx.op.Sub(ctx.op.Div(ctx.op.Mul(steps, two), denom), one)
-    return ctx.op.Sub(ctx.op.Div(ctx.op.Add(ctx.op.Mul(steps, two), one), n), one)
-
-
-@translates(aten.affine_grid_generator.default)
-def affine_grid_generator(ctx, theta, size, align_corners):
-    t, dtype = _to_work(ctx, theta, {torch.float32, torch.float64})
-    work = ctx.dtype(t)
-    if ctx.has("AffineGrid"):
-        return ctx.cast(
-            ctx.op.AffineGrid(t, ctx.ints(list(size)), align_corners=int(bool(align_corners))),
-            dtype,
-        )
-    spatial = list(size)[2:]
-    n = len(spatial)
-    # Homogeneous base grid (*spatial, n + 1) with x varying fastest, then grid = base @ theta^T.
-    coords = [_base_coords(ctx, s, align_corners, work) for s in reversed(spatial)]  # x, y, z
-    full = ctx.ints(spatial)
-    axes_ = []
-    for k, c in enumerate(coords):
-        axis = n - 1 - k  # x runs along the last spatial axis
-        shape = [1] * n
-        shape[axis] = -1
-        axes_.append(ctx.op.Unsqueeze(ctx.op.Expand(ctx.op.Reshape(c, shape), full), [-1]))
-    ones = ctx.op.Unsqueeze(ctx.op.Expand(ctx.scalar(1.0, work), full), [-1])
-    base = ctx.op.Concat(*axes_, ones, axis=-1)  # (*spatial, n + 1)
-    flat = ctx.op.Reshape(base, [1, -1, n + 1])
-    grid = ctx.op.MatMul(flat, ctx.op.Transpose(t, perm=[0, 2, 1]))  # (N, prod, n)
-    out_shape = ctx.op.Concat(ctx.ints([size[0]]), full, ctx.const([n], torch.int64), axis=0)
-    return ctx.cast(ctx.op.Reshape(grid, out_shape), dtype)
-
-
 # ------------------------------------------------------------------------ im2col / col2im
 def _one_hot_kernels(kernel):
     k = int(np.prod(kernel))
@@ -907,7 +554,7 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride):
     # Each (sample, channel) plane convolved with one-hot kernels yields one output channel per
     # kernel offset: exactly unfold's column layout once the planes are regrouped.
     kernel, strides, pads, dilations = _pool_args(2, kernel_size, stride, padding, dilation)
-    x, dtype = _to_work(ctx, self)
+    x, dtype = to_work(ctx, self)
     work = ctx.dtype(x)
     unbatched = ctx.rank(self) == 3
     n = ctx.const([1], torch.int64) if unbatched else dim_size(ctx, self, 0)
@@ -922,16 +569,21 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride):
     )
     k = int(np.prod(kernel))
     blocks = ctx.op.ReduceProd(ctx.op.Shape(cols, start=2), keepdims=1)
-    out = reshape(
-        ctx, cols, [] if unbatched else n, ctx.op.Mul(channels, ctx.const([k], torch.int64)), blocks
-    )
+    rows = ctx.op.Mul(channels, ctx.const([k], torch.int64))
+    out_meta = ctx.out.shape if isinstance(ctx.out, torch.Tensor) else ()
+    if any(isinstance(d, int) and d == 0 for d in out_meta[:-1]):
+        # An empty batch: onnxscript's optimizer rewrites this Reshape's symbolic last size to -1,
+        # which a 0 beside it makes invalid, so build the empty result without a Reshape.
+        shape = concat_ints(ctx, [] if unbatched else n, rows, blocks)
+        return ctx.op.Expand(ctx.scalar(0, dtype), shape)
+    out = reshape(ctx, cols, [] if unbatched else n, rows, blocks)
     return ctx.cast(out, dtype)
 
 
 @translates(aten.col2im.default)
 def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
     kernel, strides, pads, dilations = _pool_args(2, kernel_size, stride, padding, dilation)
-    x, dtype = _to_work(ctx, self)
+    x, dtype = to_work(ctx, self)
     added = ctx.rank(self) == 2
     if added:
         x = ctx.op.Unsqueeze(x, [0])
@@ -946,7 +598,7 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
         )
         return ctx.cast(_unbatch(ctx, y, added), dtype)
     # Opset 17: the adjoint of im2col, a transposed convolution with one-hot kernels per plane.
-    out_hw = _static(list(output_size), "output_size")
+    out_hw = static_ints(list(output_size), "output_size")
     blocks = [
         (o + 2 * p - d * (k - 1) - 1) // s + 1
         for o, p, d, k, s in zip(out_hw, pads[:2], dilations, kernel, strides)
@@ -1081,10 +733,10 @@ def convolution_backward(
     output_mask,
 ):
     n = ctx.rank(weight) - 2
-    stride = _static(as_int_list(stride, n), "stride")
-    padding = _static(as_int_list(padding, n), "padding")
-    dilation = _static(as_int_list(dilation, n), "dilation")
-    groups = _static([groups], "groups")[0]
+    stride = static_ints(as_int_list(stride, n), "stride")
+    padding = static_ints(as_int_list(padding, n), "padding")
+    dilation = static_ints(as_int_list(dilation, n), "dilation")
+    groups = static_ints([groups], "groups")[0]
     weight_shape = ctx.static_shape(weight)
     dtype = ctx.dtype(input)
     grads = [None, None, None]
@@ -1111,7 +763,7 @@ def convolution_backward(
     if output_mask[1]:
         if weight_shape is None:
             raise NotImplementedError("convolution_backward needs a weight of static shape")
-        x, _ = _to_work(ctx, input)
+        x, _ = to_work(ctx, input)
         g = ctx.cast(grad_output, ctx.dtype(x))
         if transposed:
             # The transposed convolution is the adjoint of a convolution from its output to its
@@ -1199,7 +851,7 @@ def avg_pool_backward(
     out_shape = ctx.static_shape(grad_output)
     if in_shape is None or out_shape is None:
         raise NotImplementedError("avg_pool backward needs static shapes")
-    g, dtype = _to_work(ctx, grad_output)
+    g, dtype = to_work(ctx, grad_output)
     work = ctx.dtype(g)
     planes_shape = [-1, 1, *out_shape[-n:]]
     g = ctx.op.Reshape(g, ctx.const(planes_shape, torch.int64))
@@ -1249,7 +901,7 @@ def adaptive_avg_pool_backward(ctx, grad_output, self):
     # Forward is y = P_h x P_w^T per plane; the gradient is P_h^T g P_w.
     rank = ctx.rank(self)
     n = 2 if "2d" in str(ctx.node.target) else 3
-    g, dtype = _to_work(ctx, grad_output, {torch.float32, torch.float64})
+    g, dtype = to_work(ctx, grad_output, {torch.float32, torch.float64})
     work = ctx.dtype(g)
     out_sizes = ctx.shape(grad_output)[-n:]
     for axis, out_size in zip(range(rank - n, rank), out_sizes):

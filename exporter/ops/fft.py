@@ -552,7 +552,7 @@ def stft_center(
         pads[rank - 1] = pad
         pads[2 * rank - 1] = pad
         x = ctx.op.Pad(self, ctx.const(pads, i64), mode=mode)
-        ctx.scope.translator.set_type(x, _padded_meta(ctx, self, pad))
+        nx.annotate(ctx, x, _padded_meta(ctx, self, pad))
     return _stft(
         ctx,
         x,
@@ -572,3 +572,101 @@ def _padded_meta(ctx, x, pad):
     shape = list(meta.shape)
     shape[-1] = shape[-1] + 2 * pad
     return meta.new_empty(shape)
+
+
+# ---------------------------------------------------------------------------------- istft
+@translates(aten.istft.default)
+def istft(
+    ctx,
+    self,
+    n_fft,
+    hop_length=None,
+    win_length=None,
+    window=None,
+    center=True,
+    normalized=False,
+    onesided=None,
+    length=None,
+    return_complex=False,
+):
+    """Inverse STFT: inverse real DFT per frame, windowed overlap-add, envelope division."""
+    if return_complex or onesided is False:
+        raise NotImplementedError("istft: only real, one-sided signals are supported")
+    rank = _logical_rank(ctx, self)  # [B?, bins, frames]
+    hop = n_fft // 4 if hop_length is None else hop_length
+    win = n_fft if win_length is None else win_length
+    spectrum, _ = _as_signal(ctx, self)
+    if rank == 2:
+        spectrum = ctx.op.Unsqueeze(spectrum, ctx.const([0], i64))
+    spectrum = ctx.op.Transpose(spectrum, perm=[0, 2, 1, 3])  # [B, frames, bins, 2]
+    if normalized:
+        spectrum = ctx.op.Mul(spectrum, ctx.const(math.sqrt(n_fft), _WORK))
+    bins = _size(ctx, self, rank - 2)
+    spectrum = _resize(ctx, spectrum, 2, bins, n_fft // 2 + 1, 4)
+    frames = _c2r(ctx, spectrum, [2], 3, n_fft, [n_fft], _BY_N)  # [B, frames, n_fft]
+    if window is None:
+        window = ctx.op.Expand(ctx.const(1.0, _WORK), ctx.const([win], i64))
+    else:
+        window = ctx.cast(window, _WORK)
+    if win < n_fft:
+        left = (n_fft - win) // 2
+        window = ctx.op.Pad(window, ctx.const([left, n_fft - win - left], i64))
+    frames = ctx.op.Mul(frames, window)
+    # Overlap-add: sample t of frame f lands at f * hop + t.
+    count = _ints(ctx, _size(ctx, self, rank - 1))
+    frame_ids = ctx.op.Range(
+        ctx.const(0, i64), ctx.op.Squeeze(count, ctx.const([0], i64)), ctx.const(1, i64)
+    )
+    offsets = ctx.op.Add(
+        ctx.op.Unsqueeze(ctx.op.Mul(frame_ids, ctx.const(hop, i64)), ctx.const([1], i64)),
+        ctx.const(list(range(n_fft)), i64),
+    )  # [frames, n_fft]
+    total = ctx.op.Add(
+        ctx.op.Mul(ctx.op.Sub(count, ctx.const([1], i64)), ctx.const([hop], i64)),
+        ctx.const([n_fft], i64),
+    )
+    flat_index = ctx.op.Reshape(offsets, ctx.const([-1], i64))
+    batch = ctx.op.Shape(frames, start=0, end=1)
+    index = ctx.op.Expand(
+        ctx.op.Unsqueeze(flat_index, ctx.const([0], i64)),
+        ctx.op.Concat(batch, ctx.const([1], i64), axis=0),
+    )
+    values = ctx.op.Reshape(frames, ctx.op.Concat(batch, ctx.const([-1], i64), axis=0))
+    signal = ctx.op.ScatterElements(
+        nx.filled(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
+        index,
+        values,
+        axis=1,
+        reduction="add",
+    )
+    squares = ctx.op.Reshape(
+        ctx.op.Expand(
+            ctx.op.Mul(window, window), ctx.op.Concat(count, ctx.const([n_fft], i64), axis=0)
+        ),
+        ctx.const([-1], i64),
+    )
+    envelope = ctx.op.ScatterElements(
+        nx.filled(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
+    )
+    start = n_fft // 2 if center else 0
+    if length is not None:
+        end = ctx.op.Add(ctx.const([start], i64), _ints(ctx, length))
+    elif center:
+        end = ctx.op.Sub(total, ctx.const([n_fft // 2], i64))
+    else:
+        end = total
+    axes = ctx.const([1], i64)
+    signal = ctx.op.Slice(signal, ctx.const([start], i64), end, axes)
+    envelope = ctx.op.Slice(envelope, ctx.const([start], i64), end, ctx.const([0], i64))
+    safe = ctx.op.Where(
+        ctx.op.Greater(envelope, ctx.const(1e-11, _WORK)), envelope, ctx.const(1.0, _WORK)
+    )
+    signal = ctx.op.Div(signal, safe)
+    if length is not None:
+        # A requested length beyond the frames is zero-padded.
+        have = ctx.op.Shape(signal, start=1, end=2)
+        missing = ctx.op.Max(ctx.op.Sub(_ints(ctx, length), have), ctx.const([0], i64))
+        signal = ctx.op.Pad(signal, ctx.op.Concat(ctx.const([0, 0, 0], i64), missing, axis=0))
+    if rank == 2:
+        signal = ctx.op.Squeeze(signal, ctx.const([0], i64))
+    return _finish(ctx, signal)

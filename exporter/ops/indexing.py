@@ -642,3 +642,16 @@ def put(ctx, self, index, source, accumulate=False):
         "add" if accumulate else None,
     )
     return ctx.op.Reshape(out, L.shape_value(ctx, self), allowzero=1)
+
+
+@translates(aten.where.default)
+def where_indices(ctx, condition):
+    # torch.where(cond) is nonzero(cond).unbind(1): one int64 index tensor per dimension.
+    rank = ctx.rank(condition)
+    if rank == 0:
+        return (ctx.op.Squeeze(ctx.op.NonZero(ctx.op.Reshape(condition, [1])), [0]),)
+    rows = ctx.op.NonZero(condition)  # (rank, count)
+    if rank == 1:
+        return (ctx.op.Squeeze(rows, [0]),)
+    pieces = ctx.op.Split(rows, [1] * rank, axis=0, _outputs=rank)  # valid at every opset
+    return tuple(ctx.op.Squeeze(r, [0]) for r in pieces)

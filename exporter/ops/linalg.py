@@ -126,8 +126,13 @@ def _gauss_jordan(
     states = (a, rhs, det, sign, info)
     dtypes = (work, work, work, work, torch.int32)
     return _over_columns(
-        ctx, n_static, n, states, dtypes,
-        lambda c, k, values: elim.step(c, k, row_ids, *values), "gauss_jordan",
+        ctx,
+        n_static,
+        n,
+        states,
+        dtypes,
+        lambda c, k, values: elim.step(c, k, row_ids, *values),
+        "gauss_jordan",
     )
 
 
@@ -350,12 +355,15 @@ def _cholesky(ctx, A, upper, with_info):
         k_row = c.op.Unsqueeze(k, c.const([0], i64)) if _is_value(k) else c.const([k], i64)
         k_scalar = k if _is_value(k) else c.const(k, i64)
         row_k = c.op.Gather(low, k_row, axis=ra)  # [..., 1, n]; entries from column k on are 0
-        column = c.op.Sub(c.op.Gather(a, k_row, axis=ca),
-                          c.op.MatMul(low, c.op.Transpose(row_k, perm=_swap_last(rank))))
+        column = c.op.Sub(
+            c.op.Gather(a, k_row, axis=ca),
+            c.op.MatMul(low, c.op.Transpose(row_k, perm=_swap_last(rank))),
+        )
         pivot = c.op.Gather(column, k_row, axis=ra)  # [..., 1, 1]
         if inf is not None:
-            failed = c.op.Squeeze(c.op.Not(c.op.Greater(pivot, c.const(0.0, work))),
-                                  c.const([ra, ca], i64))
+            failed = c.op.Squeeze(
+                c.op.Not(c.op.Greater(pivot, c.const(0.0, work))), c.const([ra, ca], i64)
+            )
             first = c.op.And(failed, c.op.Equal(inf, c.const(0, torch.int32)))
             k_info = c.op.Add(c.cast(k_scalar, torch.int32), c.const(1, torch.int32))
             inf = c.op.Where(first, k_info, inf)
@@ -364,8 +372,9 @@ def _cholesky(ctx, A, upper, with_info):
         low = c.op.Where(c.op.Equal(col_ids, k_scalar), column, low)
         return low, inf
 
-    lower, info = _over_columns(ctx, n_static, n, (lower, info), (work, torch.int32), step,
-                                "cholesky")
+    lower, info = _over_columns(
+        ctx, n_static, n, (lower, info), (work, torch.int32), step, "cholesky"
+    )
     if upper:
         lower = ctx.op.Transpose(lower, perm=_swap_last(rank))
     return ctx.cast(lower, ctx.dtype(A)), info
@@ -403,15 +412,16 @@ def cholesky_inverse(ctx, self, upper=False):
     matrix = _from_factor(ctx, ctx.cast(self, _float_work(ctx.dtype(self))), upper)
     rhs = _identity_like(ctx, self, _float_work(ctx.dtype(self)))
     rank = ctx.rank(self)
-    _, inverse, _, _, _ = _gauss_jordan(ctx, matrix, rhs, "none", False, rank,
-                                        nx.static_dim(ctx, self, rank - 1))
+    _, inverse, _, _, _ = _gauss_jordan(
+        ctx, matrix, rhs, "none", False, rank, nx.static_dim(ctx, self, rank - 1)
+    )
     return ctx.cast(inverse, ctx.out_dtype)
 
 
 # --------------------------------------------------------------------- products and sums
 @translates(aten.linalg_cross.default)
 def linalg_cross(ctx, self, other, *, dim=-1):
-    a, b = ctx.promote(self, other, dtype=ctx.out_dtype)
+    a, b = ctx.promote(self, other, dtype=_arith_dtype(ctx.out_dtype))
     rank = max(ctx.rank(self), ctx.rank(other))
     ax = dim % rank
     a_rank, b_rank = ctx.rank(self), ctx.rank(other)
@@ -420,7 +430,12 @@ def linalg_cross(ctx, self, other, *, dim=-1):
     yzx, zxy = ctx.const([1, 2, 0], i64), ctx.const([2, 0, 1], i64)
     first = ctx.op.Mul(ctx.op.Gather(a, yzx, axis=a_ax), ctx.op.Gather(b, zxy, axis=b_ax))
     second = ctx.op.Mul(ctx.op.Gather(a, zxy, axis=a_ax), ctx.op.Gather(b, yzx, axis=b_ax))
-    return ctx.op.Sub(first, second)
+    return ctx.cast(ctx.op.Sub(first, second), ctx.out_dtype)
+
+
+def _arith_dtype(dtype):
+    """A dtype onnxruntime's Mul/Sub have kernels for (bfloat16 has none)."""
+    return torch.float32 if dtype is torch.bfloat16 else dtype
 
 
 @translates(aten.cross.default)
@@ -454,7 +469,7 @@ def linalg_vecdot(ctx, x, y, *, dim=-1):
 
 @translates(aten.dist.default)
 def dist(ctx, self, other, p=2):
-    a, b = ctx.promote(self, other, dtype=ctx.out_dtype)
+    a, b = ctx.promote(self, other, dtype=_float_work(ctx.out_dtype))
     return vector_norm(ctx, ctx.op.Sub(a, b), p, None, False, ctx.out_dtype)
 
 
@@ -543,3 +558,39 @@ def pdist_forward(ctx, self, p=2.0):
     flat = ctx.op.Reshape(full, ctx.const([-1], i64))
     picked = ctx.op.Compress(flat, ctx.op.Reshape(upper, ctx.const([-1], i64)), axis=0)
     return ctx.cast(picked, out)
+
+
+# ------------------------------------------------------------------------ matrix exponential
+#: Taylor degree for exp(B) with ||B||_1 <= 1: the truncation error is below 1/19! ~ 8e-18.
+_EXP_TAYLOR_DEGREE = 18
+
+
+@translates(aten.linalg_matrix_exp.default, aten.matrix_exp.default)
+def linalg_matrix_exp(ctx, self):
+    """Scaling and squaring: exp(A) = exp(A / 2^s)^(2^s) with ||A / 2^s||_1 <= 1, in float64."""
+    rank = ctx.rank(self)
+    f64 = torch.float64
+    a = ctx.cast(self, f64)
+    eye = _identity_like(ctx, self, f64)
+    # One s for the whole batch: the largest column-sum norm decides it.
+    norm = ctx.op.ReduceMax(
+        ctx.op.ReduceSum(ctx.op.Abs(a), ctx.const([rank - 2], i64), keepdims=0), keepdims=0
+    )
+    log2 = ctx.op.Div(
+        ctx.op.Log(ctx.op.Max(norm, ctx.const(1.0, f64))), ctx.const(math.log(2.0), f64)
+    )
+    squarings = ctx.op.Cast(ctx.op.Ceil(log2), to=ir.DataType.INT64)
+    scale = ctx.op.Pow(ctx.const(2.0, f64), ctx.cast(squarings, f64))
+    b = ctx.op.Div(a, scale)
+    # Horner: I + B (I + B/2 (I + B/3 (...))).
+    series = eye
+    for degree in range(_EXP_TAYLOR_DEGREE, 0, -1):
+        series = ctx.op.Add(
+            eye, ctx.op.Div(ctx.op.MatMul(b, series), ctx.const(float(degree), f64))
+        )
+
+    def square(c, _, states):
+        return [c.op.MatMul(states[0], states[0])]
+
+    (result,) = nx.loop(ctx, squarings, [series], square, [f64], "matrix_exp")
+    return ctx.cast(result, ctx.out_dtype)

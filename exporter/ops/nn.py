@@ -81,15 +81,32 @@ def _empty(ctx, index, dtype=None):
 # ------------------------------------------------------------------------------- layer norm
 def _layer_norm(ctx, input, normalized_shape, weight, bias, eps, want_stats):
     x, work = _float_input(ctx, input)
-    axis = ctx.rank(input) - len(normalized_shape)
+    rank = ctx.rank(input)
+    axis = rank - len(normalized_shape)
     scale = ctx.cast(weight, work) if weight is not None else _ones(ctx, normalized_shape, work)
     b = None if bias is None else ctx.cast(bias, work)
-    stash = 11 if work == torch.float64 else 1
-    if want_stats:
-        return ctx.op.LayerNormalization(
-            x, scale, b, axis=axis, epsilon=float(eps), stash_type=stash, _outputs=3
-        )
-    return ctx.op.LayerNormalization(x, scale, b, axis=axis, epsilon=float(eps), stash_type=stash)
+    metas = ctx.out if isinstance(ctx.out, (list, tuple)) else (None, None, None)
+    if work == torch.float64:
+        # LayerNormalization keeps its statistics in float32 at best; double stays double.
+        mean, var, centered = _moments(ctx, x, list(range(axis, rank)))
+        rstd = _rsqrt(ctx, var, eps, work)
+        out = ctx.op.Mul(ctx.op.Mul(centered, rstd), scale)
+        out = out if b is None else ctx.op.Add(out, b)
+        return (out, mean, rstd) if want_stats else out
+    if not want_stats:
+        return ctx.op.LayerNormalization(x, scale, b, axis=axis, epsilon=float(eps))
+    out, mean, rstd = ctx.op.LayerNormalization(
+        x, scale, b, axis=axis, epsilon=float(eps), _outputs=3
+    )
+    # Mean and InvStdDev come in the stash type (float32), not the input's.
+    mean.dtype = rstd.dtype = _dtypes.to_ir(torch.float32)
+    return (
+        ctx.cast(out, ctx.dtype(input)),
+        *(
+            ctx.cast(v, m.dtype) if isinstance(m, torch.Tensor) else v
+            for v, m in zip((mean, rstd), metas[1:])
+        ),
+    )
 
 
 @translates(aten.layer_norm.default)
@@ -102,7 +119,8 @@ def layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5, c
 @translates(aten.native_layer_norm.default)
 def native_layer_norm(ctx, input, normalized_shape, weight, bias, eps):
     if not ({1, 2} & used_outputs(ctx)):
-        return (_layer_norm(ctx, input, normalized_shape, weight, bias, eps, False), None, None)
+        out = _layer_norm(ctx, input, normalized_shape, weight, bias, eps, False)
+        return ctx.cast(out, ctx.dtype(input)), None, None
     return _layer_norm(ctx, input, normalized_shape, weight, bias, eps, True)
 
 
@@ -122,22 +140,42 @@ def _group_stats(ctx, x, groups, eps, work):
     return ctx.op.Squeeze(mean, [2]), ctx.op.Squeeze(rstd, [2])
 
 
+def _instance_normalize(ctx, x, eps, work, channels=None):
+    """Normalise each (sample, channel) of an (N, C, *) tensor over the remaining axes.
+
+    InstanceNormalization where onnxruntime has a kernel (float32, float16); float64 keeps its
+    precision with the explicit moments instead."""
+    if work != torch.float64:
+        if isinstance(channels, int):
+            ones, zeros = ctx.const([1.0] * channels, work), ctx.const([0.0] * channels, work)
+        else:
+            ones = ctx.op.Expand(ctx.scalar(1.0, work), dim_size(ctx, x, 1))
+            zeros = ctx.op.Expand(ctx.scalar(0.0, work), dim_size(ctx, x, 1))
+        return ctx.op.InstanceNormalization(x, ones, zeros, epsilon=float(eps))
+    rank = ctx.rank(x)
+    mean, var, centered = _moments(ctx, x, list(range(2, rank)) if rank else [2])
+    return ctx.op.Mul(centered, _rsqrt(ctx, var, eps, work))
+
+
 def _group_norm(ctx, input, groups, weight, bias, eps):
     rank = ctx.rank(input)
     if ctx.has("GroupNormalization"):
         x, work = _float_input(ctx, input)
-        scale = ctx.cast(weight, work) if weight is not None else _channel_ones(ctx, x, work)
-        shift = ctx.cast(bias, work) if bias is not None else _channel_ones(ctx, x, work, 0)
+        scale = ctx.cast(weight, work) if weight is not None else _channel_ones(ctx, input, work)
+        shift = ctx.cast(bias, work) if bias is not None else _channel_ones(ctx, input, work, 0)
         return ctx.op.GroupNormalization(
-            x, scale, shift, epsilon=float(eps), num_groups=int(groups)
+            x,
+            scale,
+            shift,
+            epsilon=float(eps),
+            num_groups=int(groups),
+            stash_type=11 if work == torch.float64 else 1,
         )
     # InstanceNormalization over a (N, groups, -1) view normalises each group; the affine
     # parameters are per channel, so they apply after the view is undone.
-    x, work = _float_input(ctx, input, FLOAT32_ONLY)
-    ones = ctx.const([1.0] * groups, work)
-    zeros = ctx.const([0.0] * groups, work)
+    x, work = _float_input(ctx, input, FLOAT32_ONLY | {torch.float64})
     grouped = _grouped(ctx, x, groups)
-    normed = ctx.op.InstanceNormalization(grouped, ones, zeros, epsilon=float(eps))
+    normed = _instance_normalize(ctx, grouped, eps, work, channels=groups)
     out = ctx.op.Reshape(normed, ctx.op.Shape(x), allowzero=1)
     if weight is not None:
         out = ctx.op.Mul(out, _per_channel(ctx, ctx.cast(weight, work), rank))
@@ -347,6 +385,17 @@ def batch_norm_with_update(ctx, input, weight, bias, running_mean, running_var, 
     return out, mean, rstd, _empty(ctx, 3, torch.uint8)
 
 
+@translates(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update_functional(
+    ctx, input, weight, bias, running_mean, running_var, momentum, eps
+):
+    out, mean, var, rstd, work = _bn_train(ctx, input, weight, bias, eps)
+    new_mean, new_var = _updated_running_stats(
+        ctx, input, running_mean, running_var, mean, var, momentum, work
+    )
+    return out, mean, rstd, _empty(ctx, 3, torch.uint8), new_mean, new_var
+
+
 @translates(aten._batch_norm_no_update.default)
 def batch_norm_no_update(ctx, input, weight, bias, running_mean, running_var, momentum, eps):
     if running_mean is None:
@@ -371,8 +420,16 @@ def instance_norm(
 ):
     if not use_input_stats:
         return _bn_eval(ctx, input, weight, bias, running_mean, running_var, eps)
-    x, work = _float_input(ctx, input, FLOAT32_ONLY)
-    scale, shift = _bn_params(ctx, x, weight, bias, work)
+    x, work = _float_input(ctx, input, FLOAT32_ONLY | {torch.float64})
+    if work == torch.float64:
+        out = _instance_normalize(ctx, x, eps, work)
+        rank = ctx.rank(input)
+        if weight is not None:
+            out = ctx.op.Mul(out, _per_channel(ctx, ctx.cast(weight, work), rank))
+        if bias is not None:
+            out = ctx.op.Add(out, _per_channel(ctx, ctx.cast(bias, work), rank))
+        return ctx.cast(out, ctx.out_dtype)
+    scale, shift = _bn_params(ctx, input, weight, bias, work)
     out = ctx.op.InstanceNormalization(x, scale, shift, epsilon=float(eps))
     return ctx.cast(out, ctx.out_dtype)
 
@@ -710,7 +767,11 @@ def one_hot(ctx, self, num_classes=-1):
         depth = ctx.op.Add(ctx.op.ReduceMax(idx, keepdims=0), ctx.scalar(1, torch.int64))
     else:
         depth = ctx.scalar(num_classes, torch.int64)
-    return ctx.op.OneHot(idx, depth, ctx.const([0, 1], torch.int64), axis=-1)
+    scalar = ctx.rank(self) == 0  # OneHot wants indices of rank >= 1
+    if scalar:
+        idx = ctx.op.Reshape(idx, [1])
+    out = ctx.op.OneHot(idx, depth, ctx.const([0, 1], torch.int64), axis=-1)
+    return ctx.op.Squeeze(out, [0]) if scalar else out
 
 
 # --------------------------------------------------------------------------------- shuffles

@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from exporter import _dtypes
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
 
@@ -55,11 +56,12 @@ def prims_sum(ctx, inp, dims, *, output_dtype=None):
 @translates(aten.nansum.default)
 def nansum(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    x = ctx.cast(self, out)
-    if out.is_floating_point:
-        x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0, out), x)
+    work = nx.reduce_dtype("ReduceSum", out)
+    x = ctx.cast(ctx.cast(self, out), work)
+    if work.is_floating_point:
+        x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0, work), x)
     axes = nx.reduce_axes(dim, ctx.rank(self))
-    return nx.reduce_as(ctx, "ReduceSum", x, axes, keepdim, out)
+    return ctx.cast(nx.reduce(ctx, "ReduceSum", x, axes, keepdim), out)
 
 
 @translates(aten.mean.default, aten.mean.dim)
@@ -407,11 +409,8 @@ def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.
     rows, cols = (d % rank for d in dim)
     if ord == "fro":
         return vector_norm(ctx, x, 2, sorted([rows, cols]), keepdim, out)
-    if ord in ("nuc", 2, -2, 2.0, -2.0):
-        raise NotImplementedError(
-            f"matrix norm ord={ord!r} needs singular values, which ONNX has no operator for; "
-            f"use ord='fro', 1, -1, inf or -inf, or compute the norm outside the model"
-        )
+    if ord in ("nuc", 2, -2):
+        return _spectral_norm(ctx, x, ord, rows, cols, keepdim, out)
     if ord not in (1, -1, math.inf, -math.inf):
         raise ValueError(f"linalg.matrix_norm: unsupported ord {ord!r}")
     work = _float_work(out)
@@ -423,6 +422,26 @@ def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.
     result = extremum(ctx, op_type, sums, [picked_axis], True)
     if not keepdim:
         result = _squeeze(ctx, result, sorted([rows, cols]), rank)
+    return ctx.cast(result, out)
+
+
+def _spectral_norm(ctx, x, ord, rows, cols, keepdim, out):
+    """Nuclear (sum), 2 (largest) and -2 (smallest) norms of the singular values."""
+    from exporter.ops.linalg_spectral import singular_values
+
+    rank = ctx.rank(x)
+    # The singular values of the matrices spanned by (rows, cols), moved to the end.
+    batch = [d for d in range(rank) if d not in (rows, cols)]
+    matrices = ctx.op.Transpose(ctx.cast(x, torch.float64), perm=[*batch, rows, cols])
+    nx.annotate(ctx, matrices, ctx.meta(x).to(torch.float64).permute(*batch, rows, cols))
+    sigma = singular_values(ctx, matrices)  # [..., k]
+    last = [rank - 2]
+    if ord == "nuc":
+        result = nx.reduce(ctx, "ReduceSum", sigma, last, False)
+    else:
+        result = nx.reduce(ctx, "ReduceMax" if ord == 2 else "ReduceMin", sigma, last, False)
+    if keepdim:
+        result = ctx.op.Unsqueeze(result, ctx.const(sorted([rows, cols]), i64))
     return ctx.cast(result, out)
 
 
@@ -614,10 +633,18 @@ def kthvalue(ctx, self, k, dim=-1, keepdim=False):
 
 
 def _median_dim(ctx, self, dim, keepdim, ignore_nan: bool):
+    value, where = _median_work(ctx, self, dim, keepdim, ignore_nan)
+    return ctx.cast(value, ctx.dtype(self)), where
+
+
+def _median_work(ctx, self, dim, keepdim, ignore_nan: bool):
+    """Median values (in a dtype onnxruntime sorts and selects in) and their indices."""
     rank = ctx.rank(self)
-    x = _as_vector(ctx, self)
+    dtype = nx.reduce_dtype("TopK", ctx.dtype(self))
+    x = ctx.cast(self, dtype)
+    if rank == 0:
+        x = nx.reshaped(ctx, x, [1])
     ax = nx.axis(dim, rank)
-    dtype = ctx.dtype(self)
     floating = dtype.is_floating_point
     if ignore_nan and floating:
         valid = ctx.op.Not(ctx.op.IsNaN(x))
@@ -702,34 +729,129 @@ def mode(ctx, self, dim=-1, keepdim=False):
 
 
 # ---------------------------------------------------------------------- histc / bincount
+def _data_range(ctx, x, low, high, widen):
+    """Outer bin edges: the given range, else the data's min and max (widened when equal)."""
+    work = ctx.dtype(x)
+    if low is not None and low != high:
+        return ctx.const(low, work), ctx.const(high, work)
+    low = extremum(ctx, "ReduceMin", x, None, False)
+    high = extremum(ctx, "ReduceMax", x, None, False)
+    same = ctx.op.Equal(low, high)
+    step = ctx.const(widen, work)
+    return (
+        ctx.op.Where(same, ctx.op.Sub(low, step), low),
+        ctx.op.Where(same, ctx.op.Add(high, step), high),
+    )
+
+
+def _linspace(ctx, low, high, steps, work):
+    """torch.linspace's values: from both ends towards the middle, so the end is exact."""
+    i = ctx.op.Cast(
+        ctx.op.Range(ctx.const(0, i64), ctx.const(steps, i64), ctx.const(1, i64)),
+        to=_dtypes.to_ir(work),
+    )
+    step = ctx.op.Div(ctx.op.Sub(high, low), ctx.const(max(steps - 1, 1), work))
+    from_start = ctx.op.Add(low, ctx.op.Mul(i, step))
+    from_end = ctx.op.Sub(high, ctx.op.Mul(ctx.op.Sub(ctx.const(steps - 1, work), i), step))
+    return ctx.op.Where(ctx.op.Less(i, ctx.const(steps // 2, work)), from_start, from_end)
+
+
+def _bin_index(ctx, x, low, high, bins, edges=None):
+    """torch's histogram bin of each value: linear interpolation, corrected by comparing with
+    the neighbouring ``edges`` when given; values outside [low, high] (and NaN) get ``bins``."""
+    work = ctx.dtype(x)
+    scaled = ctx.op.Div(
+        ctx.op.Mul(ctx.op.Sub(x, low), ctx.const(bins, work)), ctx.op.Sub(high, low)
+    )
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
+    position = ctx.op.Cast(
+        ctx.op.Floor(ctx.op.Where(inside, scaled, ctx.const(0, work))), to=ir.DataType.INT64
+    )
+    if edges is not None:
+        # upper_bound over edges[pos-1 : pos+2], as torch's local search does.
+        start = ctx.op.Max(ctx.op.Sub(position, ctx.const(1, i64)), ctx.const(0, i64))
+        stop = ctx.op.Min(ctx.op.Add(position, ctx.const(2, i64)), ctx.const(bins + 1, i64))
+        found = start
+        for offset in range(3):
+            j = ctx.op.Add(start, ctx.const(offset, i64))
+            edge = ctx.op.Gather(edges, ctx.op.Min(j, ctx.const(bins, i64)), axis=0)
+            counted = ctx.op.And(ctx.op.Less(j, stop), ctx.op.LessOrEqual(edge, x))
+            found = ctx.op.Add(found, ctx.cast(counted, i64))
+        position = ctx.op.Sub(found, ctx.const(1, i64))
+    # The last bin includes its right edge.
+    position = ctx.op.Min(position, ctx.const(bins - 1, i64))
+    return ctx.op.Where(inside, position, ctx.const(bins, i64))
+
+
+def _bin_totals(ctx, index, bins, weights, work):
+    """Sum of ``weights`` (or counts) per bin; index ``bins`` collects what is dropped."""
+    zeros = nx.filled(ctx, ctx.const([bins + 1], i64), 0, work)
+    if weights is None:
+        weights = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
+    totals = ctx.op.ScatterElements(zeros, index, weights, axis=0, reduction="add")
+    return ctx.op.Slice(totals, ctx.const([0], i64), ctx.const([bins], i64))
+
+
 @translates(aten.histc.default)
 def histc(ctx, self, bins=100, min=0, max=0):
     out = ctx.out_dtype
     work = _float_work(out)
-    x = ctx.op.Reshape(ctx.cast(self, work), ctx.const([-1], i64))
-    if min == max:
-        low = extremum(ctx, "ReduceMin", x, None, False)
-        high = extremum(ctx, "ReduceMax", x, None, False)
-        same = ctx.op.Equal(low, high)
-        one = ctx.const(1, work)
-        low = ctx.op.Where(same, ctx.op.Sub(low, one), low)
-        high = ctx.op.Where(same, ctx.op.Add(high, one), high)
-    else:
-        low, high = ctx.const(min, work), ctx.const(max, work)
-    scaled = ctx.op.Mul(
-        ctx.op.Div(ctx.op.Sub(x, low), ctx.op.Sub(high, low)), ctx.const(bins, work)
+    x = nx.flatten(ctx, ctx.cast(self, work))
+    low, high = _data_range(ctx, x, min, max, 1.0)
+    index = _bin_index(ctx, x, low, high, bins)
+    return ctx.cast(_bin_totals(ctx, index, bins, None, work), out)
+
+
+def _density(ctx, totals, edges):
+    widths = ctx.op.Sub(
+        ctx.op.Slice(edges, ctx.const([1], i64), ctx.const([2**62], i64)),
+        ctx.op.Slice(edges, ctx.const([0], i64), ctx.const([-1], i64)),
     )
-    index = ctx.op.Cast(ctx.op.Floor(scaled), to=ir.DataType.INT64)
-    # The right edge belongs to the last bin; values outside [min, max] (and NaN) to none:
-    # they land in an extra bin that is sliced off.
-    index = ctx.op.Min(index, ctx.const(bins - 1, i64))
+    return ctx.op.Div(totals, ctx.op.Mul(ctx.op.ReduceSum(totals, keepdims=1), widths))
+
+
+@translates(aten.histogram.bin_ct)
+def histogram(ctx, self, bins=100, *, range=None, weight=None, density=False):
+    out = ctx.dtype(self)
+    work = _float_work(out)
+    x = nx.flatten(ctx, ctx.cast(self, work))
+    low, high = _data_range(ctx, x, *(range if range is not None else (None, None)), 0.5)
+    edges = _linspace(ctx, low, high, bins + 1, work)
+    index = _bin_index(ctx, x, low, high, bins, edges)
+    weights = None if weight is None else nx.flatten(ctx, ctx.cast(weight, work))
+    totals = _bin_totals(ctx, index, bins, weights, work)
+    if density:
+        totals = _density(ctx, totals, edges)
+    return ctx.cast(totals, out), ctx.cast(edges, out)
+
+
+@translates(aten.histogram.bins_tensor)
+def histogram_edges(ctx, self, bins, *, weight=None, density=False):
+    out = ctx.dtype(self)
+    work = _float_work(out)
+    x = nx.flatten(ctx, ctx.cast(self, work))
+    edges = ctx.cast(bins, work)
+    n_bins = nx.static_dim(ctx, bins, 0)
+    if n_bins is None:
+        raise NotImplementedError("histogram with symbolic bin edges count is not supported")
+    n_bins -= 1
+    # Binary search: the bin is the number of edges <= x, minus one; the last includes its edge.
+    below = ctx.op.LessOrEqual(
+        ctx.op.Unsqueeze(edges, ctx.const([0], i64)), ctx.op.Unsqueeze(x, ctx.const([1], i64))
+    )
+    position = ctx.op.Sub(
+        nx.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [1], False), ctx.const(1, i64)
+    )
+    position = ctx.op.Min(position, ctx.const(n_bins - 1, i64))
+    low = ctx.op.Gather(edges, ctx.const(0, i64), axis=0)
+    high = ctx.op.Gather(edges, ctx.const(n_bins, i64), axis=0)
     inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
-    index = ctx.op.Where(inside, index, ctx.const(bins, i64))
-    zeros = nx.filled(ctx, ctx.const([bins + 1], i64), 0, work)
-    ones = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(x))
-    counts = ctx.op.ScatterElements(zeros, index, ones, axis=0, reduction="add")
-    counts = ctx.op.Slice(counts, ctx.const([0], i64), ctx.const([bins], i64))
-    return ctx.cast(counts, out)
+    index = ctx.op.Where(inside, position, ctx.const(n_bins, i64))
+    weights = None if weight is None else nx.flatten(ctx, ctx.cast(weight, work))
+    totals = _bin_totals(ctx, index, n_bins, weights, work)
+    if density:
+        totals = _density(ctx, totals, edges)
+    return ctx.cast(totals, out), ctx.cast(bins, out)
 
 
 @translates(aten.bincount.default)

@@ -18,6 +18,14 @@ from exporter.ops._registry import translates
 aten = torch.ops.aten
 
 
+def _is_empty_1d(ctx, value) -> bool:
+    """A 1-D tensor known to have size 0 (torch's cat skips those); never guards on a SymInt."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    shape = ctx.shape(value)
+    return shape is not None and len(shape) == 1 and statically_known_true(shape[0] == 0)
+
+
 # ----------------------------------------------------------------------------- sym sizes
 @translates(aten.sym_size.int)
 def sym_size(ctx, self, dim):
@@ -43,6 +51,12 @@ def sym_stride(ctx, self, dim):
 @translates(aten.sym_storage_offset.default)
 def sym_storage_offset(ctx, self):
     return ctx.const(0, torch.int64)
+
+
+@translates(aten.sym_is_contiguous.default)
+def sym_is_contiguous(ctx, self, memory_format=None):
+    # ONNX tensors have no strides: every one is dense and contiguous.
+    return ctx.const(True, torch.bool)
 
 
 # --------------------------------------------------------------------------- reshapes
@@ -284,7 +298,7 @@ def unsqueeze(ctx, self, dim):
 # --------------------------------------------------------------------- concatenation
 def _cat(ctx, tensors, dim: int, dtype: torch.dtype) -> ir.Value:
     # torch's legacy rule: 1-D empty tensors are skipped whatever the other tensors' rank.
-    kept = [t_ for t_ in tensors if tuple(ctx.shape(t_) or ()) != (0,)] or list(tensors[:1])
+    kept = [t_ for t_ in tensors if not _is_empty_1d(ctx, t_)] or list(tensors[:1])
     rank = L.rank_of(ctx, kept[0])
     kept = [ctx.cast(t_, dtype) for t_ in kept]
     if len(kept) == 1:
@@ -347,11 +361,7 @@ def hstack(ctx, tensors):
 
 def _cat_skipping_empty(ctx, tensors, parts, axis_):
     # hstack of 1-D tensors is a cat along dim 0, where torch skips shape-(0,) tensors.
-    kept = [
-        p
-        for t_, p in zip(tensors, parts)
-        if not (L.rank_of(ctx, t_) == 1 and tuple(ctx.shape(t_) or ()) == (0,))
-    ] or parts[:1]
+    kept = [p for t_, p in zip(tensors, parts) if not _is_empty_1d(ctx, t_)] or parts[:1]
     return _cat_built(ctx, kept, axis_)
 
 

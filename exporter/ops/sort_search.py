@@ -164,8 +164,9 @@ def unique_consecutive(ctx, self, return_inverse=False, return_counts=False, dim
     starts = ctx.op.Concat(ctx.const([True], torch.bool), differs, axis=0)
     # An empty input has no first slice either.
     starts = ctx.op.Slice(starts, ctx.const([0], i64), n)
-    values = ctx.op.Compress(x, starts, axis=ax)
-    values.dtype = x.dtype
+    # Compress has no bfloat16 in the ONNX type constraints.
+    kept = ctx.cast(x, torch.float32) if ctx.dtype(x) is torch.bfloat16 else x
+    values = ctx.cast(ctx.op.Compress(kept, starts, axis=ax), ctx.dtype(x))
     run_ids = ctx.op.Sub(ctx.op.CumSum(ctx.cast(starts, i64), ctx.const(0, i64)), ctx.const(1, i64))
     if _wanted(ctx, 1):
         inverse = run_ids if dim is not None else ctx.op.Reshape(run_ids, ctx.op.Shape(self))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from exporter.ops._nn_helpers import compute_dtype, dim_size, used_outputs
+from exporter.ops._nn_helpers import compute_dtype, dim_size, reduce, used_outputs
 from exporter.ops._registry import translates
 
 #: onnxruntime CPU kernels of these ops only exist for float32 (RoiAlign also float64).
@@ -64,8 +64,9 @@ def nms(ctx, dets, scores, iou_threshold):
     batched_boxes = ctx.op.Unsqueeze(boxes, [0])
     batched_scores = ctx.op.Unsqueeze(scores, [0, 1])
     # max_output_boxes_per_class defaults to 0 (= select nothing); N keeps every survivor.
-    count = ctx.op.Squeeze(dim_size(ctx, dets, 0), [0])
-    threshold = ctx.const(float(iou_threshold), torch.float32)
+    # Both scalars go in as 1-element tensors, the form onnx's reference evaluator reads too.
+    count = dim_size(ctx, dets, 0)
+    threshold = ctx.const([float(iou_threshold)], torch.float32)
     selected = ctx.op.NonMaxSuppression(
         batched_boxes, batched_scores, count, threshold, center_point_box=0
     )
@@ -115,7 +116,6 @@ def roi_pool(ctx, input, rois, spatial_scale, pooled_height, pooled_width):
     pooled = ctx.op.MaxRoiPool(
         x, ctx.cast(rois, work), pooled_shape=[ph, pw], spatial_scale=float(spatial_scale)
     )
-    argmax = None
     if 1 in used_outputs(ctx):
         argmax = _roi_pool_argmax(ctx, x, rois, float(spatial_scale), ph, pw)
     else:
@@ -188,7 +188,7 @@ def _roi_pool_argmax(ctx, x, rois, spatial_scale, ph, pw):
     low = ctx.const(float("-inf"), work)
     # (K, C, H, 1, W) against (K, 1, 1, pw, W) → max over W: (K, C, H, pw)
     masked_w = ctx.op.Where(ctx.op.Unsqueeze(mask_w, [1, 2]), ctx.op.Unsqueeze(feats, [3]), low)
-    row_max = ctx.op.ReduceMax(masked_w, [4], keepdims=0)
+    row_max = reduce(ctx, "ReduceMax", masked_w, [4], keepdims=0)
     row_arg = ctx.op.ArgMax(masked_w, axis=4, keepdims=0)  # (K, C, H, pw)
     # (K, C, 1, H, pw) against (K, 1, ph, H, 1) → over H: (K, C, ph, pw)
     masked_h = ctx.op.Where(ctx.op.Unsqueeze(mask_h, [1, 4]), ctx.op.Unsqueeze(row_max, [2]), low)
