@@ -53,6 +53,26 @@ class _WrongUnderExport(torch.nn.Module):
         return x + 1.0
 
 
+class _DiesUnderExport(torch.nn.Module):
+    """Aborts the process (like a segfault in a kernel) or hangs while being exported."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+        import time
+
+        import exporter
+
+        if exporter.is_in_onnx_export():
+            if self.how == "crash":
+                os.abort()
+            time.sleep(3600)
+        return x + 1.0
+
+
 class _SmallMLP(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -109,6 +129,22 @@ def model_cases():
             "synthetic",
             "default",
             _seeded(_WrongUnderExport),
+            _batch_inputs(4),
+            **batch,
+        ),
+        ModelCase(
+            "tiny/crash",
+            "synthetic",
+            "full",
+            lambda: _DiesUnderExport("crash"),
+            _batch_inputs(4),
+            **batch,
+        ),
+        ModelCase(
+            "tiny/hang",
+            "synthetic",
+            "full",
+            lambda: _DiesUnderExport("hang"),
             _batch_inputs(4),
             **batch,
         ),
@@ -309,3 +345,19 @@ def test_second_inputs_catch_the_bidirectional_lstm_specialised_by_torch_onnx(tm
     )
     assert row.repro_dir and (results / row.repro_dir / "inputs2.npz").exists()
     assert "1 failed" in proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_crash_or_a_hang_costs_one_case_and_the_run_goes_on(tmp_path):
+    results = tmp_path / "results"
+    proc = _pytest(
+        *("--tier", "full", "--shapes", "static", "--model-case-timeout", "15"),
+        *("--models", "tiny/crash", "--models", "tiny/hang", "--models", "tiny/mlp"),
+        *("--results", str(results), "--expectations-dir", str(tmp_path)),
+    )
+    rows = {r.id: r for r in read_rows([results])}
+    assert (rows[_id("tiny/crash")].status, rows[_id("tiny/crash")].stage) == ("crash", "export")
+    assert "SIGABRT" in rows[_id("tiny/crash")].error
+    assert (rows[_id("tiny/hang")].status, rows[_id("tiny/hang")].stage) == ("timeout", "export")
+    assert rows[_id("tiny/mlp")].status == "pass", proc.stdout[-2000:]
+    assert rows[_id("tiny/crash")].repro_dir and rows[_id("tiny/hang")].repro_dir

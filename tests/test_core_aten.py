@@ -12,8 +12,11 @@ from exporter._translate import lookup
 def core_overloads() -> list[torch._ops.OpOverload]:
     # dir(torch.ops.aten) lists only the packets loaded so far; ask the dispatcher for all.
     names = sorted(
-        {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
-         if n.startswith("aten::")}
+        {
+            n.split("::", 1)[1].split(".")[0]
+            for n in torch._C._dispatch_get_all_op_names()
+            if n.startswith("aten::")
+        }
     )
     found = []
     for name in names:
