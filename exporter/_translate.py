@@ -411,8 +411,8 @@ class Translator:
         if expected is not None and actual is not None and actual != expected:
             # The translation computed in another dtype; torch's result dtype is the contract.
             value = ctx.op.Cast(value, to=_dtypes.to_ir(expected))
-        if value.name is None or value.name.startswith("val_") or value in created:
-            value.name = self.fresh_name(name)
+        # Created here (or the Cast just added): it takes the FX node's name.
+        value.name = self.fresh_name(name)
         self.set_type(value, meta)
         return value
 
