@@ -28,8 +28,9 @@ def compare_outputs(
     rtol: float,
     atol: float,
     shape_only: bool = False,
+    sign_invariant: Sequence[Sequence] = (),
 ) -> Comparison:
-    """Compare outputs pairwise.
+    """Compare outputs pairwise (after ``align_vector_signs`` when ``sign_invariant`` is given).
 
     Shapes and dtypes must match exactly. Float outputs pass when
     ``|actual - expected| <= atol + rtol * |expected|`` elementwise, with NaNs at the same
@@ -40,6 +41,8 @@ def compare_outputs(
         return Comparison(
             False, f"output count differs: eager has {len(expected)}, ONNX has {len(actual)}"
         )
+    if sign_invariant:
+        actual = align_vector_signs(expected, actual, sign_invariant)
     problems: list[str] = []
     details: list[str] = []
     max_abs: float | None = None
@@ -126,3 +129,38 @@ def _compare_values(want: np.ndarray, got: np.ndarray, *, rtol: float, atol: flo
     return Comparison(
         True, f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}", max_abs, max_rel
     )
+
+
+def align_vector_signs(
+    expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], spec: Sequence[Sequence]
+) -> list[np.ndarray]:
+    """``actual`` with each eigen/singular vector's sign matched to ``expected``'s.
+
+    Such vectors are defined up to sign, and LAPACK's choice is not a rule another
+    implementation can follow. ``spec`` lists ``[output index, "columns" | "rows"]`` (how the
+    output stores its vectors); the first entry decides each vector's sign from its dot product
+    with the expected vector, and the other entries (U and V of an SVD) flip the same vectors,
+    so that a wrong pairing still fails. Outputs whose shapes differ are left for the comparison
+    to report.
+    """
+    aligned = [np.asarray(a) for a in actual]
+    signs = None
+    for index, layout in spec:
+        if index >= min(len(expected), len(aligned)):
+            return aligned
+        want, got = np.asarray(expected[index]), aligned[index]
+        if want.shape != got.shape or want.ndim < 2 or want.dtype.kind != "f":
+            return aligned
+        # Vectors along the last axis: [..., vector, entry].
+        want_v = want if layout == "rows" else np.swapaxes(want, -1, -2)
+        got_v = got if layout == "rows" else np.swapaxes(got, -1, -2)
+        own = np.where(np.nansum(want_v * got_v, axis=-1) < 0, -1.0, 1.0)
+        if signs is None:
+            signs = own
+        count = min(signs.shape[-1], own.shape[-1])
+        # Vectors beyond the deciding output's count (the completed part of a full U) have no
+        # partner and take their own sign.
+        use = np.concatenate([signs[..., :count], own[..., count:]], axis=-1)
+        flipped = got_v * use[..., None].astype(got.dtype)
+        aligned[index] = flipped if layout == "rows" else np.swapaxes(flipped, -1, -2)
+    return aligned

@@ -2,7 +2,7 @@
 
 Each ``[[expectation]]`` entry names the cases it covers by an ``id`` glob (fnmatch over the case
 id) and/or a declarative ``match`` table, and says ``status`` (``xfail``, or ``skip`` for cases
-that crash or hang and would waste a shard), the failing ``stage``, a ``reason`` and a ``link``::
+that crash, hang or give random values), the failing ``stage``, a ``reason`` and a ``link``::
 
     [[expectation]]
     id = "op::nonzero::*"

@@ -9,6 +9,7 @@ before entering it, so that a parent process can attribute a crash or a hang.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 import traceback
@@ -146,6 +147,7 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     outcome.extra["sample"] = facts
     tolerance = policy.tolerance(case.op, case.dtype)
     outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
+    sign_invariant = policy.sign_invariant(case.op)
     outcome.extra["tolerance_source"] = tolerance.source
     if shape_only:
         outcome.extra["shape_only"] = True
@@ -155,20 +157,12 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
 
     expected = _eager(module, inputs, case.seed, "the sample")
 
-    inputs2 = expected2 = None
+    inputs2 = expected2 = grown = None
     second_shape_note = None
     if dynamic:
-        generator = torch.Generator().manual_seed(case.seed)
-        for delta in SECOND_SHAPE_DELTAS:
-            candidate = shapes.grown_inputs(inputs, delta, generator)
-            try:
-                expected2 = _eager(module, candidate, case.seed, "the second shape")
-            except _Skip as rejected:
-                second_shape_note = str(rejected)
-                continue
-            inputs2, second_shape_note = candidate, None
-            outcome.extra["second_shape_delta"] = delta
-            break
+        inputs2, expected2, grown, second_shape_note = _second_shape(
+            module, inputs, expected, case.seed, outcome
+        )
 
     # Artifacts go to disk before the export, so that even an export that crashes the process
     # leaves its inputs behind for the repro directory.
@@ -187,6 +181,7 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
             "rtol": tolerance.rtol,
             "atol": tolerance.atol,
             "shape_only": shape_only,
+            "sign_invariant": sign_invariant,
             "sample": facts,
         },
         feeds=feeds,
@@ -236,9 +231,14 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     outcome.run_s = time.perf_counter() - started
 
     announce("compare")
-    result = compare_outputs(
-        expected_np, actual, rtol=tolerance.rtol, atol=tolerance.atol, shape_only=shape_only
+    compare = functools.partial(
+        compare_outputs,
+        rtol=tolerance.rtol,
+        atol=tolerance.atol,
+        shape_only=shape_only,
+        sign_invariant=sign_invariant,
     )
+    result = compare(expected_np, actual)
     outcome.max_abs, outcome.max_rel = result.max_abs, result.max_rel
     if not result.ok:
         raise _StageFailed("compare", result.message)
@@ -253,6 +253,9 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
         raise _Skip(f"second shape: {second_shape_note}")
 
     announce("second-shape")
+    # Only the dims the second shape grows must be dynamic: a plan that grows fewer dims was
+    # chosen because eager itself ties the others to a fixed size.
+    specialised = shapes.specialised_inputs(session.input_shapes, input_names, inputs, grown)
     if specialised:
         raise _StageFailed(
             "second-shape",
@@ -266,15 +269,50 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     except Exception as exc:
         raise _StageFailed("second-shape", exc) from exc
     outcome.run_s += time.perf_counter() - started
-    result2 = compare_outputs(
-        expected2_np, actual2, rtol=tolerance.rtol, atol=tolerance.atol, shape_only=shape_only
-    )
+    result2 = compare(expected2_np, actual2)
     outcome.max_abs = _max(outcome.max_abs, result2.max_abs)
     outcome.max_rel = _max(outcome.max_rel, result2.max_rel)
     if not result2.ok:
         raise _StageFailed(
             "second-shape", f"{result2.message} (second shape: {_shapes_text(feeds2)})"
         )
+
+
+def _second_shape(module, inputs, expected, seed: int, outcome: CaseOutcome):
+    """The second input set: the first growth plan (``shapes.growth_plans``) and delta for which
+    eager accepts the inputs and returns outputs of the same count and ranks (a graph has a
+    fixed number of outputs, so a shape that changes it can never match). Returns the inputs,
+    eager's outputs, the grown ``(input, dim)`` pairs, and otherwise why no plan worked."""
+    import torch
+
+    from conformance import shapes
+
+    note = None
+    ranks = _ranks(expected)
+    for sizes in shapes.growth_plans(inputs):
+        for delta in SECOND_SHAPE_DELTAS:
+            generator = torch.Generator().manual_seed(seed)
+            candidate = shapes.grown_inputs(inputs, delta, generator, sizes)
+            try:
+                expected2 = _eager(module, candidate, seed, "the second shape")
+            except _Skip as rejected:
+                note = note or str(rejected)
+                continue
+            if _ranks(expected2) != ranks:
+                note = note or (
+                    f"eager returns {len(expected2)} outputs at the second shape, "
+                    f"{len(expected)} at the first: the output count depends on a dynamic size"
+                )
+                continue
+            outcome.extra["second_shape_delta"] = delta
+            if sizes is not None:
+                outcome.extra["second_shape_grows_sizes"] = sorted(sizes)
+            return candidate, expected2, shapes.grown_dims(inputs, sizes), None
+    return None, None, None, note
+
+
+def _ranks(outputs) -> list:
+    return [t.dim() if hasattr(t, "dim") else type(t).__name__ for t in outputs]
 
 
 def _max(a: float | None, b: float | None) -> float | None:

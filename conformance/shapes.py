@@ -1,8 +1,11 @@
 """Dynamic shapes for op cases: which dimensions are dynamic, and the second input set.
 
-Every dimension of size >= 2 is dynamic (sizes 0 and 1 are specialised by ``torch.export``). The
-second input set grows each dynamic dimension; dimensions that share a size across the inputs
-grow together, because ops usually need them to agree (matmul's inner dimension, a broadcast).
+Every dimension of size >= 2 is dynamic (sizes 0 and 1 are specialised by ``torch.export``).
+Dimensions that share a size across the inputs form a group and grow together, because ops
+usually need them to agree (matmul's inner dimension, a broadcast). The second input set grows
+every group when eager accepts that; ``growth_plans`` lists the fallbacks (all groups but one,
+then one group at a time) for ops whose other sizes are tied to something fixed (a weight's
+channel count, an ``output_size``, the number of outputs of ``unbind``).
 """
 
 from __future__ import annotations
@@ -37,27 +40,72 @@ def dynamic_axes(input_names: list[str], inputs: tuple[torch.Tensor, ...]) -> di
     }
 
 
+def size_groups(inputs: tuple[torch.Tensor, ...]) -> list[int]:
+    """The sizes of the dynamic dimensions, one per group of equal-sized dimensions."""
+    return sorted({t.shape[d] for t in inputs for d in dynamic_dims(t)})
+
+
+def growth_plans(inputs: tuple[torch.Tensor, ...]) -> list[frozenset[int] | None]:
+    """Which size groups a second shape grows, in the order to try: ``None`` (every group), then
+    every group but one, then each group alone. Larger plans come first so that the second shape
+    changes as many dimensions as eager allows."""
+    groups = size_groups(inputs)
+    plans: list[frozenset[int] | None] = [None]
+    if len(groups) > 2:
+        plans += [frozenset(groups) - {g} for g in groups]
+    if len(groups) > 1:
+        plans += [frozenset({g}) for g in groups]
+    return plans
+
+
+def grown_dims(inputs: tuple[torch.Tensor, ...], sizes: frozenset[int] | None) -> set:
+    """``(input index, dim)`` of every dimension a plan grows."""
+    return {
+        (i, d)
+        for i, t in enumerate(inputs)
+        for d in dynamic_dims(t)
+        if sizes is None or t.shape[d] in sizes
+    }
+
+
 def grown_inputs(
-    inputs: tuple[torch.Tensor, ...], delta: int, generator: torch.Generator
+    inputs: tuple[torch.Tensor, ...],
+    delta: int,
+    generator: torch.Generator,
+    sizes: frozenset[int] | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """Inputs with each dynamic dimension grown by ``delta``.
+    """Inputs with each dynamic dimension (of a size in ``sizes``, when given) grown by ``delta``.
 
     The original values fill the leading block, so index tensors stay in range and masks keep
-    their pattern; new float elements are drawn uniformly between the tensor's finite min and
+    their pattern; a tensor sorted along its last dimension stays sorted; new float elements are drawn uniformly between the tensor's finite min and
     max (domains such as "positive" survive), new integer and bool elements are drawn from the
     tensor's own values.
     """
-    return tuple(_grow(t, delta, generator) for t in inputs)
+    return tuple(_grow(t, delta, generator, sizes) for t in inputs)
 
 
-def _grow(tensor: torch.Tensor, delta: int, generator: torch.Generator) -> torch.Tensor:
-    dims = dynamic_dims(tensor)
+def _grow(
+    tensor: torch.Tensor, delta: int, generator: torch.Generator, sizes: frozenset[int] | None
+) -> torch.Tensor:
+    dims = [d for d in dynamic_dims(tensor) if sizes is None or tensor.shape[d] in sizes]
     if not dims:
         return tensor.clone()
     shape = [size + delta if d in dims else size for d, size in enumerate(tensor.shape)]
     grown = _fill(tensor, shape, generator)
     grown[tuple(slice(0, size) for size in tensor.shape)] = tensor
+    if _sorted_last_dim(tensor):
+        # Sorted inputs are a precondition (searchsorted's boundaries, embedding_bag's offsets):
+        # they stay sorted, like a positive domain stays positive.
+        grown = torch.sort(grown, dim=-1, stable=True).values
     return grown
+
+
+def _sorted_last_dim(tensor: torch.Tensor) -> bool:
+    if tensor.dim() == 0 or tensor.shape[-1] < 2 or tensor.dtype is torch.bool:
+        return False
+    if tensor.is_complex():
+        return False
+    return bool((tensor[..., 1:] >= tensor[..., :-1]).all())
 
 
 def _fill(tensor: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
@@ -77,14 +125,18 @@ def specialised_inputs(
     onnx_input_shapes: dict[str, list[int | str | None]],
     input_names: list[str],
     inputs: tuple[torch.Tensor, ...],
+    among: set | None = None,
 ) -> list[str]:
-    """Dimensions that were asked to be dynamic but have a fixed size in the ONNX model."""
+    """Dimensions that were asked to be dynamic but have a fixed size in the ONNX model
+    (only those in ``among``, ``(input index, dim)`` pairs, when given)."""
     found = []
-    for name, tensor in zip(input_names, inputs):
+    for i, (name, tensor) in enumerate(zip(input_names, inputs)):
         shape = onnx_input_shapes.get(name)
         if shape is None:
             continue
         for d in dynamic_dims(tensor):
+            if among is not None and (i, d) not in among:
+                continue
             if d < len(shape) and isinstance(shape[d], int):
                 found.append(f"{name} dim {d} fixed to {shape[d]}")
     return found

@@ -1,5 +1,6 @@
-"""Loading the comparison policy in ``tolerances.toml``: per-dtype tolerances, per-op overrides
-and the list of ops whose outputs are compared on shape and dtype only."""
+"""Loading the comparison policy in ``tolerances.toml``: per-dtype tolerances, per-op overrides,
+the list of ops whose outputs are compared on shape and dtype only, and the ops whose
+eigen/singular vectors are compared up to sign."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Policy:
     overrides: tuple[dict, ...]
     shape_only_globs: tuple[str, ...]
     shape_only_reason: str
+    sign_invariant_entries: tuple[dict, ...] = ()
 
     def tolerance(self, op: str, dtype: str) -> Tolerance:
         for entry in self.overrides:
@@ -45,6 +47,13 @@ class Policy:
 
     def is_shape_only(self, op: str) -> bool:
         return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.shape_only_globs)
+
+    def sign_invariant(self, op: str) -> list[list]:
+        """``compare.align_vector_signs``'s spec for the op, or [] (the first match wins)."""
+        for entry in self.sign_invariant_entries:
+            if fnmatch.fnmatchcase(op, entry["op"]):
+                return [list(item) for item in entry["outputs"]]
+        return []
 
 
 @functools.cache
@@ -67,10 +76,23 @@ def load_policy(path: str | Path = DEFAULT_PATH) -> Policy:
             raise ValueError(
                 f"{path}: [[override]] #{index + 1} lacks {', '.join(sorted(missing))}"
             )
+    sign_invariant = tuple(data.get("sign_invariant", ()))
+    for index, entry in enumerate(sign_invariant):
+        outputs = entry.get("outputs")
+        if (
+            "op" not in entry
+            or not outputs
+            or any(len(item) != 2 or item[1] not in ("columns", "rows") for item in outputs)
+        ):
+            raise ValueError(
+                f"{path}: [[sign_invariant]] #{index + 1} needs op and outputs = "
+                '[[index, "columns" | "rows"], ...]'
+            )
     shape_only = data.get("shape_only", {})
     return Policy(
         by_dtype=by_dtype,
         overrides=overrides,
         shape_only_globs=tuple(shape_only.get("ops", ())),
         shape_only_reason=shape_only.get("reason", "outputs compared on shape and dtype only"),
+        sign_invariant_entries=sign_invariant,
     )

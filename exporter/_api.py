@@ -161,6 +161,7 @@ def _export(
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
     names = _dynamic_shapes.AxisNames()
+    narrowed: list[str] = []
     if isinstance(model, torch.export.ExportedProgram):
         captured = model
         record.status["capture"] = "skipped"
@@ -178,6 +179,16 @@ def _export(
             )
         record.capture_strategy = strategy
         say(f"[exporter] captured with {strategy} ({record.timings['capture']:.2f} s)")
+        narrowed = _dynamic_shapes.narrowed_dims(captured)
+        if narrowed:
+            message = (
+                f"torch.export held dynamic dims at their example size while tracing: "
+                f"{', '.join(narrowed)}. They stay dynamic in the ONNX graph, but a guard in "
+                "the model or in an op's meta function assumed that size; check other sizes "
+                "with export(..., verify=True), which runs a second shape."
+            )
+            record.notes.append(message)
+            warnings.warn(message, UserWarning, stacklevel=3)
     record.captured_program = captured
     if dump_dir is not None:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
@@ -201,6 +212,8 @@ def _export(
             root_class=record.model_class,
         )
         _passes.finalize(model_ir)
+        if narrowed:
+            _passes.forget_static_dims(model_ir)
     record.model = model_ir
     say(f"[exporter] translated to {len(model_ir.graph)} ONNX nodes")
     if optimize:

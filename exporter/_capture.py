@@ -42,8 +42,15 @@ def _size_oblivious() -> Iterator[None]:
 def _export(strict: bool) -> Callable[..., torch.export.ExportedProgram]:
     def run(model, args, kwargs, dynamic_shapes):
         with _size_oblivious():
+            # A guard on a dynamic dim becomes a runtime assertion instead of a specialised
+            # size, so a meta function's check does not freeze a dim the graph handles.
             return torch.export.export(
-                model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+                model,
+                args,
+                kwargs=kwargs,
+                dynamic_shapes=dynamic_shapes,
+                strict=strict,
+                prefer_deferred_runtime_asserts_over_guards=True,
             )
 
     return run
@@ -71,13 +78,14 @@ def capture(
     active while each strategy runs.
     """
     from exporter._capture_patches import CAPTURE_PATCHES
+    from exporter._capture_rewrites import data_dependent_rewrites
 
     attempts = [] if attempts is None else attempts
     suffix = f" with patches {list(patches)}" if patches else ""
     for name in strategies or list(STRATEGIES):
         start = time.perf_counter()
         try:
-            with onnx_export_flag(), contextlib.ExitStack() as stack:
+            with onnx_export_flag(), data_dependent_rewrites(), contextlib.ExitStack() as stack:
                 for patch in patches:
                     stack.enter_context(CAPTURE_PATCHES[patch]())
                 program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)

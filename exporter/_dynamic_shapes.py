@@ -14,6 +14,36 @@ from torch.utils import _pytree as pytree
 from exporter._errors import InvalidExportArgumentsError
 
 
+def narrowed_dims(program: torch.export.ExportedProgram) -> list[str]:
+    """User-input dims that stay symbolic but whose range torch.export narrowed to one size.
+
+    Capture turns guards into deferred runtime assertions (so a meta function's check does not
+    freeze a dim the graph handles), which leaves such a dim dynamic in the graph while a guard
+    held it at its example size: the graph may or may not be right at other sizes.
+    """
+    ranges = {str(sym): vr for sym, vr in program.range_constraints.items()}
+    found = []
+    user_inputs = [
+        (spec.arg.name, node)
+        for node, spec in zip(
+            (n for n in program.graph.nodes if n.op == "placeholder"),
+            program.graph_signature.input_specs,
+        )
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    for name, node in user_inputs:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, size in enumerate(val.shape):
+            if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol):
+                continue
+            vr = ranges.get(str(size.node.expr))
+            if vr is not None and vr.is_singleton():
+                found.append(f"{name} dim {axis} (size {int(vr.lower)})")
+    return found
+
+
 class AxisNames:
     """Which (flat input index, axis) the user named, and with what."""
 

@@ -15,6 +15,20 @@ def finalize(model: ir.Model) -> None:
     )(model)
 
 
+def forget_static_dims(model: ir.Model) -> None:
+    """Make every fixed dim of the values the graphs compute unknown (ranks, symbolic dims and
+    dtypes stay; graph inputs keep their shapes).
+
+    Used when capture held a dim at its example size: torch then simplifies the sizes derived
+    from it to constants, and a constant output shape would let the optimizer fold a runtime
+    Shape computation into that constant.
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.shape is not None:
+                value.shape = ir.Shape([None if isinstance(d, int) else d for d in value.shape])
+
+
 def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     """onnxscript's optimizer: constant folding, rewrite rules, CSE, constant lifting.
 

@@ -26,7 +26,21 @@ _NO_OP_TARGETS_NAMES = (
     "aten.sym_constrain_range_for_size",
     "aten._assert_tensor_metadata",
     "aten._print",
+    # Raises when a factorization's info output is non-zero: an assertion, like the above.
+    "aten._linalg_check_errors",
 )
+
+#: Higher-order op that threads an effect token through an op with side effects (a print, a
+#: check, an effectful custom op): ``with_effects(token, op, *args) -> (token, *op_outputs)``.
+#: ONNX has no effects to order, so the token is dropped and the op translated like any other.
+_WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+
+
+def _effect_wrapped(node: torch.fx.Node) -> Any:
+    """The op a with_effects node runs, else None."""
+    if _WITH_EFFECTS is not None and node.target is _WITH_EFFECTS and len(node.args) >= 2:
+        return node.args[1]
+    return None
 
 
 def fx_targets(graph_module: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, Any]]:
@@ -34,7 +48,7 @@ def fx_targets(graph_module: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, 
     found = []
     for node in graph_module.graph.nodes:
         if node.op == "call_function":
-            found.append((node, node.target))
+            found.append((node, _effect_wrapped(node) or node.target))
         elif node.op == "get_attr":
             sub = getattr(graph_module, node.target, None)
             if isinstance(sub, torch.fx.GraphModule):
@@ -46,6 +60,27 @@ def is_noop_target(target: Any) -> bool:
     return isinstance(target, torch._ops.OpOverload) and any(
         str(target).startswith(n + ".") for n in _NO_OP_TARGETS_NAMES
     )
+
+
+def _feeding_only_assertions(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Assertions (ONNX has none) and the call nodes whose results reach nothing else. Capture
+    defers guards to runtime assertions, and their size arithmetic (compared with bounds as
+    large as 2**63) needs no translation."""
+    skipped: set[torch.fx.Node] = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if is_noop_target(node.target) and not node.users:
+            skipped.add(node)
+            continue
+        if not node.users:
+            continue
+        if all(
+            user in skipped or (user.op == "call_function" and is_noop_target(user.target))
+            for user in node.users
+        ):
+            skipped.add(node)
+    return skipped
 
 
 def find_unsupported(graph_module: torch.fx.GraphModule, registry: Registry) -> list[dict]:
@@ -276,7 +311,10 @@ class Translator:
     # ---------------------------------------------------------------- nodes
     def translate_nodes(self, scope: GraphScope, gm: torch.fx.GraphModule) -> Any:
         outputs = None
+        skipped = _feeding_only_assertions(gm)
         for node in gm.graph.nodes:
+            if node in skipped:
+                continue
             if node.op == "placeholder":
                 if node not in scope.env:
                     raise RuntimeError(f"placeholder {node.name} has no value")
@@ -335,6 +373,27 @@ class Translator:
         kwargs = self._convert_arg(scope, node.kwargs)
         if target is operator.getitem and isinstance(args[0], (list, tuple)):
             return args[0][args[1]]
+        meta = node.meta.get("val")
+        wrapped = _effect_wrapped(node)
+        if wrapped is None:
+            return self._call_op(scope, node, target, args, kwargs, meta)
+        # with_effects(token, op, *args): the outputs are (token, out) or (token, *outs).
+        returns = len(wrapped._schema.returns) if hasattr(wrapped, "_schema") else 1
+        metas = list(meta[1:]) if isinstance(meta, (list, tuple)) else []
+        op_meta = tuple(metas) if returns > 1 else (metas[0] if metas else None)
+        result = self._call_op(scope, node, wrapped, args[2:], kwargs, op_meta)
+        return (None, *result) if returns > 1 and isinstance(result, tuple) else (None, result)
+
+    def _call_op(
+        self,
+        scope: GraphScope,
+        node: torch.fx.Node,
+        target: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        meta: Any,
+    ) -> Any:
+        """Translate ``target(*args, **kwargs)`` for ``node`` whose output metadata is ``meta``."""
         if is_noop_target(target):
             return None
         translation = lookup(self.registry, target)
@@ -349,7 +408,11 @@ class Translator:
                     }
                 ],
             )
-        ctx = TranslationContext(scope, node)
+        ctx = (
+            TranslationContext(scope, node)
+            if meta is node.meta.get("val")
+            else _OutputMetaContext(scope, node, meta)
+        )
         try:
             if translation.style == "ctx":
                 result = translation.fn(ctx, *args, **kwargs)
@@ -369,7 +432,7 @@ class Translator:
                 fx_node=node.name,
                 source=source,
             ) from exc
-        result = self._finish_outputs(ctx, node, result)
+        result = self._finish_outputs(ctx, node, result, meta)
         first = result[0] if isinstance(result, (list, tuple)) and result else result
         if isinstance(first, ir.Value) and first.name:
             self.fx_values[node.name] = first.name
@@ -384,8 +447,9 @@ class Translator:
                 )
         return result
 
-    def _finish_outputs(self, ctx: TranslationContext, node: torch.fx.Node, result: Any) -> Any:
-        meta = node.meta.get("val")
+    def _finish_outputs(
+        self, ctx: TranslationContext, node: torch.fx.Node, result: Any, meta: Any
+    ) -> Any:
         created = {out for n in ctx.nodes for out in n.outputs}
         if isinstance(result, ir.Value):
             return self._finish_value(ctx, node.name, result, meta, created)
@@ -415,6 +479,19 @@ class Translator:
         value.name = self.fresh_name(name)
         self.set_type(value, meta)
         return value
+
+
+class _OutputMetaContext(TranslationContext):
+    """A context whose output metadata is given, for an op wrapped in a higher-order node
+    (the node's own metadata also holds the effect token)."""
+
+    def __init__(self, scope: GraphScope, node: torch.fx.Node, meta: Any) -> None:
+        super().__init__(scope, node)
+        self._meta = meta
+
+    @property
+    def out(self) -> Any:
+        return self._meta
 
 
 def _flatten(x: Any) -> list[Any]:
@@ -464,6 +541,9 @@ def translate_program(
     for node, spec in zip(placeholders, sig.input_specs):
         kind = spec.kind
         meta = node.meta.get("val")
+        if kind == gs.InputKind.TOKEN:
+            scope.env[node] = None  # effect ordering: nothing to carry in ONNX
+            continue
         if kind == gs.InputKind.USER_INPUT:
             if isinstance(spec.arg, gs.ConstantArgument) or meta is None:
                 scope.env[node] = (

@@ -17,8 +17,26 @@ class Comparison:
     exporters: list[str]
     cases: dict[str, dict[str, CaseResult]]
 
+    @property
+    def judged(self) -> dict[str, dict[str, CaseResult]]:
+        """Shared cases that no exporter skipped: a skip (eager rejects the sample, nothing to
+        make dynamic) judges neither exporter, as in the per-axis pass rates."""
+        return {
+            key: by_exporter
+            for key, by_exporter in self.cases.items()
+            if all(row.status != "skip" for row in by_exporter.values())
+        }
+
     def pass_count(self, exporter: str) -> int:
-        return sum(1 for by_exporter in self.cases.values() if is_pass(by_exporter[exporter]))
+        return sum(1 for by_exporter in self.judged.values() if is_pass(by_exporter[exporter]))
+
+    def subjects_fully_passing(self, exporter: str) -> int:
+        """Subjects (ops, models) with at least one judged case, every one of them passing."""
+        verdicts: dict[str, bool] = {}
+        for by_exporter in self.judged.values():
+            row = by_exporter[exporter]
+            verdicts[row.subject] = verdicts.get(row.subject, True) and is_pass(row)
+        return sum(verdicts.values())
 
     def differing_keys(self) -> list[str]:
         """Keys where at least one exporter passes and at least one does not."""

@@ -103,21 +103,33 @@ def side_by_side_section(rows: Sequence[CaseResult]) -> str:
             "`--exporter ours --exporter torch-dynamo` to compare exporters on the same cases."
         )
     exporters = ordered({e for c in comparisons for e in c.exporters}, "exporter")
-    counts = Table(["kind", "shared cases", *exporters])
+    counts = Table(["kind", "shared cases", "skipped", *exporters])
+    subjects = Table(["kind", *(f"{e}: all cases pass" for e in exporters)])
     for comparison in comparisons:
-        shared = len(comparison.cases)
+        shared, judged = len(comparison.cases), len(comparison.judged)
         cells = [
-            fraction_with_percent(comparison.pass_count(e), shared)
+            fraction_with_percent(comparison.pass_count(e), judged)
             if e in comparison.exporters
             else ""
             for e in exporters
         ]
-        counts.add(comparison.kind, str(shared), *cells)
+        counts.add(comparison.kind, str(shared), str(shared - judged), *cells)
+        subjects.add(
+            f"{comparison.kind}s",
+            *(
+                str(comparison.subjects_fully_passing(e)) if e in comparison.exporters else ""
+                for e in exporters
+            ),
+        )
     intro = (
         "Only cases that every exporter ran are counted (the same case id apart from the "
-        "exporter), so the numbers compare like with like."
+        "exporter), so the numbers compare like with like. Pass rates leave out the cases "
+        "any exporter skipped (a skip judges no exporter); the second table counts the ops "
+        "(models) whose every remaining case passes."
     )
-    return document(intro, counts.render(), *(_differences(c) for c in comparisons)).rstrip("\n")
+    return document(
+        intro, counts.render(), subjects.render(), *(_differences(c) for c in comparisons)
+    ).rstrip("\n")
 
 
 def _differences(comparison: Comparison) -> str:

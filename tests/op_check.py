@@ -76,3 +76,16 @@ def check_op(
             if compare_values:
                 torch.testing.assert_close(g, e, rtol=rtol, atol=atol, equal_nan=True)
     return program
+
+
+def static_and_dynamic(cases):
+    """pytest params from ``(name, fn, args, second_args)`` rows: every case static, and the
+    cases with a second shape also dynamic, checked at that shape."""
+    import pytest
+
+    params = []
+    for name, fn, args, second in cases:
+        params.append(pytest.param(fn, args, None, id=f"{name}-static"))
+        if second is not None:
+            params.append(pytest.param(fn, args, second, id=f"{name}-dynamic"))
+    return params

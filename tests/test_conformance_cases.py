@@ -161,3 +161,56 @@ def test_second_shape_grows_equal_sizes_together_and_keeps_values_valid():
 def test_specialised_dims_are_named():
     found = shapes.specialised_inputs({"input_0": [3, "s0"]}, ["input_0"], (torch.ones(3, 4),))
     assert found == ["input_0 dim 0 fixed to 3"]
+
+
+def test_growth_plans_try_every_group_then_fewer():
+    inputs = (torch.ones(3, 4), torch.ones(4, 5))
+    assert shapes.size_groups(inputs) == [3, 4, 5]
+    plans = shapes.growth_plans(inputs)
+    assert plans[0] is None
+    assert plans[1:4] == [frozenset({4, 5}), frozenset({3, 5}), frozenset({3, 4})]
+    assert plans[4:] == [frozenset({3}), frozenset({4}), frozenset({5})]
+    assert shapes.growth_plans((torch.ones(3, 3),)) == [None]
+    assert shapes.grown_dims(inputs, frozenset({4})) == {(0, 1), (1, 0)}
+
+
+def test_a_plan_grows_only_its_sizes_and_only_those_dims_must_be_dynamic():
+    generator = torch.Generator().manual_seed(0)
+    x, w = torch.rand(3, 4), torch.rand(4, 5)
+    gx, gw = shapes.grown_inputs((x, w), 1, generator, frozenset({4}))
+    assert (gx.shape, gw.shape) == ((3, 5), (5, 5))
+    onnx_shapes = {"input_0": [3, "s0"], "input_1": ["s0", 5]}
+    grown = shapes.grown_dims((x, w), frozenset({4}))
+    assert shapes.specialised_inputs(onnx_shapes, ["input_0", "input_1"], (x, w), grown) == []
+    assert len(shapes.specialised_inputs(onnx_shapes, ["input_0", "input_1"], (x, w))) == 2
+
+
+class _Unbind(torch.nn.Module):
+    def forward(self, x):
+        return torch.unbind(x, 0)
+
+
+def test_second_shape_keeps_the_output_count_of_the_first():
+    from conformance.runner import CaseOutcome, _second_shape
+
+    x = torch.rand(3, 4)
+    expected = _Unbind()(x)
+    outcome = CaseOutcome(status="pass")
+    inputs2, expected2, grown, note = _second_shape(_Unbind(), (x,), expected, 0, outcome)
+    # Growing dim 0 would give unbind a fourth output; only dim 1 may grow.
+    assert inputs2[0].shape == (3, 5) and len(expected2) == 3
+    assert grown == {(0, 1)} and note is None
+    assert outcome.extra["second_shape_grows_sizes"] == [4]
+
+    square = torch.rand(3, 3)
+    none = _second_shape(_Unbind(), (square,), _Unbind()(square), 0, CaseOutcome(status="pass"))
+    assert none[0] is None
+    assert "output count depends on a dynamic size" in none[3]
+
+
+def test_a_sorted_input_stays_sorted_at_the_second_shape():
+    generator = torch.Generator().manual_seed(0)
+    boundaries, offsets = torch.tensor([-1.0, 0.0, 0.5, 2.0]), torch.tensor([0, 3])
+    grown_boundaries, grown_offsets = shapes.grown_inputs((boundaries, offsets), 1, generator)
+    assert bool((grown_boundaries.diff() >= 0).all()) and grown_boundaries.shape == (5,)
+    assert bool((grown_offsets.diff() >= 0).all()) and set(grown_offsets.tolist()) <= {0, 3}

@@ -91,8 +91,12 @@ def test_policy_has_every_case_dtype_and_exact_integers():
     for dtype in ("f32", "f16", "bf16", "i64", "b8"):
         tolerance = policy.tolerance("abs", dtype)
         assert tolerance.rtol >= 0 and tolerance.atol >= 0
-    exact = policy.tolerance("add", "i64")
-    assert (exact.rtol, exact.atol) == (0.0, 0.0)
+    # An int64 case judges its float outputs (atan of int64 is float32) like float32...
+    int_case = policy.tolerance("atan", "i64")
+    assert (int_case.rtol, int_case.atol) == (policy.tolerance("atan", "f32").rtol, 1e-5)
+    # ...while its integer outputs compare exactly whatever the tolerance.
+    ints = np.array([1, 2, 3], dtype=np.int64)
+    assert not _compare([ints], [ints + 1], rtol=int_case.rtol, atol=int_case.atol).ok
 
 
 def test_policy_overrides_and_shape_only_come_from_data(tmp_path):
@@ -116,3 +120,37 @@ def test_policy_lists_random_ops_as_shape_only():
     for op in ("bernoulli", "normal", "nn.functional.dropout", "rand_like", "multinomial"):
         assert policy.is_shape_only(op), op
     assert not policy.is_shape_only("nn.functional.normalize")
+
+
+def test_vectors_are_compared_up_to_a_paired_sign():
+    from conformance.compare import align_vector_signs
+
+    rng = np.random.default_rng(0)
+    u, s, vh = np.linalg.svd(rng.standard_normal((4, 3)).astype(np.float32), full_matrices=False)
+    flip = np.array([1.0, -1.0, -1.0], dtype=np.float32)
+    spec = [[0, "columns"], [2, "rows"]]
+    # Flipping u_i and v_i together is the same decomposition...
+    same = [u * flip, s, vh * flip[:, None]]
+    assert compare_outputs([u, s, vh], same, rtol=1e-6, atol=1e-6, sign_invariant=spec).ok
+    # ...flipping one without its partner is not.
+    mispaired = [u * flip, s, vh]
+    assert not compare_outputs([u, s, vh], mispaired, rtol=1e-6, atol=1e-6, sign_invariant=spec).ok
+    assert not compare_outputs([u, s, vh], same, rtol=1e-6, atol=1e-6).ok
+    aligned = align_vector_signs([u, s, vh], same, spec)
+    np.testing.assert_allclose(aligned[0], u, rtol=1e-6)
+
+
+def test_sign_alignment_leaves_shape_mismatches_to_the_comparison():
+    eigvecs = np.eye(3, dtype=np.float32)
+    result = compare_outputs(
+        [eigvecs], [np.eye(2, dtype=np.float32)], rtol=0, atol=0, sign_invariant=[[0, "columns"]]
+    )
+    assert not result.ok and "shape" in result.message
+
+
+def test_sign_invariant_entries_are_validated(tmp_path):
+    path = tmp_path / "tolerances.toml"
+    path.write_text('[[sign_invariant]]\nop = "svd"\noutputs = [[0, "diagonal"]]\n')
+    with pytest.raises(ValueError, match="sign_invariant"):
+        load_policy(path)
+    assert load_policy().sign_invariant("linalg.eigh") == [[1, "columns"]]

@@ -2,42 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
-import exporter
-from exporter import DEFAULT_REGISTRY
-from exporter._translate import lookup
-from exporter.ops.backward import BACKWARD_TRANSLATIONS
 from tests.op_check import check_op
 
 aten = torch.ops.aten
 DYN = torch.export.Dim.DYNAMIC
-
-
-@pytest.fixture(autouse=True, params=["registered", "backward.py"])
-def implementation(request, monkeypatch):
-    """Run every test with the registered translations and with exporter/ops/backward.py's
-    (installed per export through custom_translation_table): two modules translate these ops
-    and the lead picks which one stays registered."""
-    if request.param == "backward.py":
-        export = functools.partial(exporter.export, custom_translation_table=BACKWARD_TRANSLATIONS)
-        monkeypatch.setattr(exporter, "export", export)
-    return request.param
-
-
-def _expect_static_only(request, implementation, op):
-    translation = lookup(DEFAULT_REGISTRY, op)
-    if implementation == "registered" and translation.fn.__module__ != "exporter.ops.backward":
-        request.applymarker(
-            pytest.mark.xfail(
-                reason=f"{translation.name} needs static spatial sizes",
-                raises=exporter.OnnxExporterError,
-                strict=False,
-            )
-        )
 
 
 def randn(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -89,8 +60,7 @@ def test_convolution_backward(name):
     check_op(fn, (go, x, w), rtol=1e-4, atol=1e-4)
 
 
-def test_convolution_backward_dynamic_batch_and_size(request, implementation):
-    _expect_static_only(request, implementation, aten.convolution_backward.default)
+def test_convolution_backward_dynamic_batch_and_size():
     w = randn(4, 3, 3, 3, seed=1)
     stride, padding, dilation = [2, 2], [1, 1], [1, 1]
 
@@ -214,8 +184,7 @@ def test_avg_pool2d_backward(name):
     check_op(fn, (go, x), rtol=1e-5, atol=1e-6)
 
 
-def test_avg_pool2d_backward_dynamic_and_unbatched(request, implementation):
-    _expect_static_only(request, implementation, aten.avg_pool2d_backward.default)
+def test_avg_pool2d_backward_dynamic_and_unbatched():
     kernel, stride, padding = [3, 3], [2, 2], [1, 1]
 
     def args(shape, seed):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.op_check import check_op
+from tests.op_check import check_op, static_and_dynamic
 
 DYN = torch.export.Dim.DYNAMIC
 torch.manual_seed(0)  # the cases below draw their inputs at import time
@@ -29,14 +29,7 @@ def idx(high, *shape):
     return torch.randint(0, high, shape)
 
 
-def modes(cases):
-    """Every case static; cases with a second shape also dynamic, checked at that shape."""
-    params = []
-    for name, fn, args, second in cases:
-        params.append(pytest.param(fn, args, None, id=f"{name}-static"))
-        if second is not None:
-            params.append(pytest.param(fn, args, second, id=f"{name}-dynamic"))
-    return params
+modes = static_and_dynamic
 
 
 def run_case(fn, args, second, **kw):

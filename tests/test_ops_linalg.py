@@ -144,6 +144,19 @@ CASES = [
         (torch.linalg.cholesky(spd(3)).mT,),
         None,
     ),
+    (
+        # LAPACK reads only the factor's triangle; the other may hold anything.
+        "cholesky_solve_junk_upper_triangle",
+        lambda b, factor: torch.cholesky_solve(b, factor),
+        (r(3, 2), torch.linalg.cholesky(spd(3)) + torch.ones(3, 3).triu(1)),
+        None,
+    ),
+    (
+        "cholesky_inverse_junk_lower_triangle",
+        lambda factor: torch.cholesky_inverse(factor, upper=True),
+        (torch.linalg.cholesky(spd(3)).mT + torch.ones(3, 3).tril(-1),),
+        None,
+    ),
     ("lu_factor", lambda a: torch.linalg.lu_factor(a), (r(4, 4),), (r(6, 6),)),
     ("lu_factor_ex_batched", lambda a: torch.linalg.lu_factor_ex(a), (r(2, 3, 3),), None),
     ("lu_rectangular", lambda a: torch.linalg.lu(a), (r(2, 5, 3),), (r(3, 6, 4),)),

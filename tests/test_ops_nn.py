@@ -634,3 +634,24 @@ def test_embedding_dense_backward(padding_idx, scale_by_freq):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+AUTO = torch.export.Dim.AUTO
+
+
+@pytest.mark.parametrize(
+    "a, b, second",
+    [
+        (r(2, 3), r(4, 5), (r(3, 2), r(5, 6))),
+        (r(2, 3, 2), r(4), (r(3, 2, 4), r(5))),  # ranks differ: b is padded in front
+        (torch.randint(0, 5, (2, 3)), torch.randint(0, 5, (3, 2)), None),
+        (r(2, 2) > 0, r(3, 2) > 0, None),
+        (r(), r(), None),
+    ],
+    ids=["float_dynamic", "rank_padding_dynamic", "int64", "bool", "scalars"],
+)
+def test_kron_keeps_every_dim_dynamic(a, b, second):
+    spec = None
+    if second is not None:
+        spec = (tuple({d: AUTO for d in range(t.dim())} for t in (a, b)),)
+    check_op(lambda x, y: torch.kron(x, y), (a, b), dynamic_shapes=spec, second_args=second)

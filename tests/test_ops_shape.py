@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from exporter.ops import _layout
-from tests.op_check import check_op
+from tests.op_check import check_op, static_and_dynamic
 
 DYN = torch.export.Dim.DYNAMIC
 torch.manual_seed(0)  # the cases below draw their inputs at import time
@@ -166,6 +166,9 @@ CASES = [
         (r(3, 4, 2, dtype=torch.int8),),
     ),
     ("triu_bool", lambda x: x.triu(), (r(3, 3, dtype=torch.bool),), None),
+    # In-place overloads reach the functional translation with their own target on the node.
+    ("triu_inplace", lambda x: x.clone().triu_(1), (r(4, 4),), (r(5, 3),)),
+    ("tril_inplace", lambda x: x.clone().tril_(), (r(4, 4),), (r(5, 3),)),
     ("unfold", lambda x: x.unfold(1, 3, 2), (r(2, 7, 3),), (r(3, 9, 2),)),
     ("unfold_last", lambda x: x.unfold(-1, 2, 1), (r(2, 4),), (r(3, 5),)),
     ("as_strided", lambda x: x.as_strided((2, 2), (1, 2), 1), (r(3, 3),), None),
@@ -173,14 +176,7 @@ CASES = [
 ]
 
 
-def modes(cases):
-    """Every case static; cases with a second shape also dynamic, checked at that shape."""
-    params = []
-    for name, fn, args, second in cases:
-        params.append(pytest.param(fn, args, None, id=f"{name}-static"))
-        if second is not None:
-            params.append(pytest.param(fn, args, second, id=f"{name}-dynamic"))
-    return params
+modes = static_and_dynamic
 
 
 def run_case(fn, args, second):

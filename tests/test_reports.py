@@ -156,6 +156,7 @@ def test_side_by_side_counts_only_cases_every_exporter_ran(markdown):
     assert shared["op"] == {
         "kind": "op",
         "shared cases": "9",
+        "skipped": "0",
         "ours": "6/9 (67%)",
         "torch-dynamo": "5/9 (56%)",
     }
@@ -540,3 +541,39 @@ def test_rows_round_trip_through_json(rows):
     # The fixture holds only known fields plus extra; to_json/from_dict must keep them intact.
     for row in rows:
         assert CaseResult.from_dict(json.loads(row.to_json())) == row
+
+
+def test_side_by_side_leaves_skips_out_and_counts_ops_that_fully_pass():
+    outcomes = {  # (op, sample, shapes): (ours, torch-dynamo)
+        ("neg", 0, "static"): ("pass", "pass"),
+        ("neg", 0, "dynamic"): ("skip", "skip"),
+        ("abs", 0, "static"): ("pass", "fail"),
+        ("abs", 1, "static"): ("pass", "pass"),
+        ("exp", 0, "static"): ("fail", "pass"),
+    }
+    rows = []
+    for (op, sample, shapes), statuses in outcomes.items():
+        for exporter, status in zip(("ours", "torch-dynamo"), statuses):
+            rows.append(
+                CaseResult(
+                    id=f"op::{op}::s{sample:03d}::f32::{shapes}::opset20::cpu::{exporter}",
+                    kind="op", subject=op, family="elementwise", dtype="f32", shapes=shapes,
+                    opset=20, provider="cpu", exporter=exporter, status=status,
+                    stage="compare" if status == "fail" else None,
+                )
+            )  # fmt: skip
+    text = section(summary_markdown(rows), "Exporters side by side")
+    counts, fully = tables(text)[0], tables(text)[1]
+    assert by(counts, "kind")["op"] == {
+        "kind": "op",
+        "shared cases": "5",
+        "skipped": "1",
+        "ours": "3/4 (75%)",
+        "torch-dynamo": "3/4 (75%)",
+    }
+    # ours: neg and abs; torch-dynamo: neg and exp.
+    assert by(fully, "kind")["ops"] == {
+        "kind": "ops",
+        "ours: all cases pass": "2",
+        "torch-dynamo: all cases pass": "2",
+    }

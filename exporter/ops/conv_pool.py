@@ -13,9 +13,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops._nn_helpers import (
-    FLOAT32_ONLY,
     as_int_list,
-    compute_dtype,
     concat_ints,
     dim_size,
     prod_of_dims,
@@ -656,161 +654,6 @@ def max_unpool3d(ctx, self, indices, output_size, stride, padding):
 # ------------------------------------------------------------------------ backward (core ATen)
 # Training graphs carry these; inference exports never do. Each is the adjoint of the forward
 # translation: a transposed convolution, a scatter, or the transposed pooling matrices.
-def _conv_weight_grad(ctx, input, grad_output, weight_shape, stride, padding, dilation, groups):
-    """d(loss)/d(weight) of a (non-transposed) convolution: a convolution of the input with the
-    output gradient, batch and channel axes exchanged, strides and dilations swapped."""
-    n = len(weight_shape) - 2
-    work = ctx.dtype(input)
-    spatial = list(range(3, 3 + n))
-    lead_x = [2, 1, 0]  # (N, G, Ci) -> (Ci, G, N)
-    x = reshape(
-        ctx,
-        input,
-        dim_size(ctx, input, 0),
-        [groups],
-        ctx.op.Div(dim_size(ctx, input, 1), ctx.const([groups], torch.int64)),
-        shape_slice(ctx, input, 2),
-    )
-    x = ctx.op.Transpose(x, perm=lead_x + spatial)
-    x = reshape(
-        ctx,
-        x,
-        ctx.op.Div(dim_size(ctx, input, 1), ctx.const([groups], torch.int64)),
-        ctx.op.Mul(dim_size(ctx, input, 0), ctx.const([groups], torch.int64)),
-        shape_slice(ctx, input, 2),
-    )
-    g = reshape(
-        ctx,
-        grad_output,
-        dim_size(ctx, grad_output, 0),
-        [groups],
-        ctx.op.Div(dim_size(ctx, grad_output, 1), ctx.const([groups], torch.int64)),
-        shape_slice(ctx, grad_output, 2),
-    )
-    g = ctx.op.Transpose(g, perm=[1, 2, 0] + spatial)  # (G, Co, N, *)
-    g = reshape(
-        ctx,
-        g,
-        dim_size(ctx, grad_output, 1),
-        dim_size(ctx, grad_output, 0),
-        shape_slice(ctx, grad_output, 2),
-    )
-    full = ctx.op.Conv(
-        ctx.cast(x, work),
-        ctx.cast(g, work),
-        strides=dilation,
-        dilations=stride,
-        pads=padding * 2,
-        group=groups,
-    )  # (Ci, G*Co, *k')
-    kernel = list(weight_shape[2:])
-    cropped = ctx.op.Slice(
-        full,
-        ctx.const([0] * n, torch.int64),
-        ctx.const(kernel, torch.int64),
-        ctx.const(list(range(2, 2 + n)), torch.int64),
-    )
-    cout = weight_shape[0]
-    ci = weight_shape[1]
-    split = ctx.op.Reshape(cropped, ctx.const([ci, groups, cout // groups, *kernel], torch.int64))
-    moved = ctx.op.Transpose(split, perm=[1, 2, 0] + spatial)  # (G, Co, Ci, *k)
-    return ctx.op.Reshape(moved, ctx.const(list(weight_shape), torch.int64))
-
-
-@translates(aten.convolution_backward.default)
-def convolution_backward(
-    ctx,
-    grad_output,
-    input,
-    weight,
-    bias_sizes,
-    stride,
-    padding,
-    dilation,
-    transposed,
-    output_padding,
-    groups,
-    output_mask,
-):
-    n = ctx.rank(weight) - 2
-    stride = static_ints(as_int_list(stride, n), "stride")
-    padding = static_ints(as_int_list(padding, n), "padding")
-    dilation = static_ints(as_int_list(dilation, n), "dilation")
-    groups = static_ints([groups], "groups")[0]
-    weight_shape = ctx.static_shape(weight)
-    dtype = ctx.dtype(input)
-    grads = [None, None, None]
-    if output_mask[0]:
-        if transposed:
-            grads[0] = _convolution(
-                ctx, grad_output, weight, None, stride, padding, dilation, False, [0] * n, groups
-            )
-        else:
-            in_sizes = ctx.static_shape(input)
-            out_sizes = ctx.static_shape(grad_output)
-            if in_sizes is None or out_sizes is None:
-                raise NotImplementedError("convolution_backward needs static spatial sizes")
-            k = weight_shape[2:]
-            extra = [
-                i - ((o - 1) * s - 2 * p + d * (kk - 1) + 1)
-                for i, o, s, p, d, kk in zip(
-                    in_sizes[2:], out_sizes[2:], stride, padding, dilation, k
-                )
-            ]
-            grads[0] = _convolution(
-                ctx, grad_output, weight, None, stride, padding, dilation, True, extra, groups
-            )
-    if output_mask[1]:
-        if weight_shape is None:
-            raise NotImplementedError("convolution_backward needs a weight of static shape")
-        x, _ = to_work(ctx, input)
-        g = ctx.cast(grad_output, ctx.dtype(x))
-        if transposed:
-            # The transposed convolution is the adjoint of a convolution from its output to its
-            # input, so the roles of input and output gradient swap.
-            grad_w = _transposed_weight_grad(
-                ctx, input, grad_output, weight_shape, stride, padding, dilation, groups
-            )
-        else:
-            grad_w = _conv_weight_grad(
-                ctx,
-                _typed(ctx, x, input),
-                _typed(ctx, g, grad_output),
-                weight_shape,
-                stride,
-                padding,
-                dilation,
-                groups,
-            )
-        grads[1] = ctx.cast(grad_w, ctx.dtype(weight))
-    if output_mask[2]:
-        axes = [0] + list(range(2, 2 + n))
-        grads[2] = ctx.cast(reduce(ctx, "ReduceSum", grad_output, axes, 0), dtype)
-    return tuple(grads)
-
-
-def _typed(ctx, value, like):
-    """``value`` (a cast of ``like``) or ``like`` itself, whichever carries FX metadata."""
-    return like if ctx.dtype(value) == ctx.dtype(like) else value
-
-
-def _transposed_weight_grad(
-    ctx, input, grad_output, weight_shape, stride, padding, dilation, groups
-):
-    work = compute_dtype(ctx.dtype(input), FLOAT32_ONLY)
-    # weight (Cin, Cout/G, *k): the gradient of conv(grad_output -> input) w.r.t. its weight.
-    return _conv_weight_grad(
-        ctx,
-        ctx.cast(grad_output, work),
-        ctx.cast(input, work),
-        list(weight_shape),
-        stride,
-        padding,
-        dilation,
-        groups,
-    )
-
-
 @translates(
     aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default
 )
@@ -832,7 +675,8 @@ def max_pool_backward(
     return ctx.op.Reshape(scattered, ctx.op.Shape(self), allowzero=1)
 
 
-@translates(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+# avg_pool2d_backward is backward.py's (dynamic sizes); this one keeps 3-d working.
+@translates(aten.avg_pool3d_backward.default)
 def avg_pool_backward(
     ctx,
     grad_output,
@@ -845,7 +689,7 @@ def avg_pool_backward(
     divisor_override,
 ):
     rank = ctx.rank(self)
-    n = 2 if "2d" in str(ctx.node.target) else 3
+    n = 3
     kernel, strides, pads, _ = _pool_args(n, kernel_size, stride, padding)
     in_shape = ctx.static_shape(self)
     out_shape = ctx.static_shape(grad_output)

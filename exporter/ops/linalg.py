@@ -395,8 +395,10 @@ def linalg_cholesky_ex(ctx, self, *, upper=False, check_errors=False):
 
 
 def _from_factor(ctx, factor, upper):
-    """A = L L^T (or U^T U) from its Cholesky factor."""
+    """A = L L^T (or U^T U) from its Cholesky factor. Like LAPACK, only the factor's own
+    triangle is read: whatever the other triangle holds is ignored."""
     rank = ctx.rank(factor)
+    factor = ctx.op.Trilu(factor, upper=1 if upper else 0)
     transposed = ctx.op.Transpose(factor, perm=_swap_last(rank))
     return ctx.op.MatMul(transposed, factor) if upper else ctx.op.MatMul(factor, transposed)
 

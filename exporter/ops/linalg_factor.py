@@ -321,20 +321,15 @@ def geqrf(ctx, self):
     # Packed like LAPACK: R on and above the diagonal, the reflectors' tails below it.
     cols = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))
     rows = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))
+    # k = min(m, n) <= n, so padding the k reflector columns to n needs no slicing after.
     padded = ctx.op.Pad(
         reflectors,
         ctx.op.Concat(
             ctx.const([0] * rank, i64),
             ctx.const([0] * (rank - 1), i64),
-            ctx.op.Reshape(ctx.op.Max(ctx.op.Sub(n, k), ctx.const(0, i64)), ctx.const([1], i64)),
+            ctx.op.Reshape(ctx.op.Sub(n, k), ctx.const([1], i64)),
             axis=0,
         ),
-    )
-    padded = ctx.op.Slice(
-        padded,
-        ctx.const([0], i64),
-        ctx.op.Reshape(n, ctx.const([1], i64)),
-        ctx.const([rank - 1], i64),
     )
     packed = ctx.op.Where(ctx.op.Greater(rows, cols), padded, r)
     return ctx.cast(packed, ctx.dtype(self)), ctx.cast(taus, ctx.dtype(self))

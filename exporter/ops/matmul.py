@@ -295,3 +295,29 @@ def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     if sumdim:
         result = ctx.op.Unsqueeze(result, sorted(sumdim))
     return _finish(ctx, result)
+
+
+@translates(aten.kron.default)
+def kron(ctx, self, other):
+    """Kronecker product: both operands padded to one rank n, ``a`` spread on even axes and ``b``
+    on odd axes of a rank-2n product, then adjacent axis pairs merged. Sizes come from the
+    runtime shapes, so every dim may be dynamic."""
+    a, b = ctx.promote(self, other, dtype=ctx.out_dtype)
+    boolean = ctx.out_dtype == torch.bool
+    if not boolean:
+        (a, b), _ = _operands(ctx, a, b)
+    rank = max(ctx.rank(a), ctx.rank(b))
+    a, b = _pad_rank(ctx, a, rank), _pad_rank(ctx, b, rank)
+    if rank:
+        shape = ctx.op.Mul(ctx.op.Shape(a), ctx.op.Shape(b))
+        a = ctx.op.Unsqueeze(a, [2 * i + 1 for i in range(rank)])
+        b = ctx.op.Unsqueeze(b, [2 * i for i in range(rank)])
+    product = ctx.op.And(a, b) if boolean else ctx.op.Mul(a, b)
+    if rank:
+        product = ctx.op.Reshape(product, shape)
+    return product if boolean else _finish(ctx, product)
+
+
+def _pad_rank(ctx, x, rank):
+    missing = rank - ctx.rank(x)
+    return ctx.op.Unsqueeze(x, list(range(missing))) if missing else x

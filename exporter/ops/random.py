@@ -176,7 +176,8 @@ def random_(ctx, self, from_or_to=None, to=None, *, generator=None):
         else:
             high = torch.iinfo(dtype).max
         low = 0
-    elif ctx.node is not None and ctx.node.target is aten.random.to:
+    elif ctx.node is not None and ctx.node.target._overloadname == "to":
+        # By overload name: random_.to reaches this translation with its in-place target.
         low, high = 0, from_or_to
     else:
         low = from_or_to

@@ -802,58 +802,6 @@ def histc(ctx, self, bins=100, min=0, max=0):
     return ctx.cast(_bin_totals(ctx, index, bins, None, work), out)
 
 
-def _density(ctx, totals, edges):
-    widths = ctx.op.Sub(
-        ctx.op.Slice(edges, ctx.const([1], i64), ctx.const([2**62], i64)),
-        ctx.op.Slice(edges, ctx.const([0], i64), ctx.const([-1], i64)),
-    )
-    return ctx.op.Div(totals, ctx.op.Mul(ctx.op.ReduceSum(totals, keepdims=1), widths))
-
-
-@translates(aten.histogram.bin_ct)
-def histogram(ctx, self, bins=100, *, range=None, weight=None, density=False):
-    out = ctx.dtype(self)
-    work = _float_work(out)
-    x = nx.flatten(ctx, ctx.cast(self, work))
-    low, high = _data_range(ctx, x, *(range if range is not None else (None, None)), 0.5)
-    edges = _linspace(ctx, low, high, bins + 1, work)
-    index = _bin_index(ctx, x, low, high, bins, edges)
-    weights = None if weight is None else nx.flatten(ctx, ctx.cast(weight, work))
-    totals = _bin_totals(ctx, index, bins, weights, work)
-    if density:
-        totals = _density(ctx, totals, edges)
-    return ctx.cast(totals, out), ctx.cast(edges, out)
-
-
-@translates(aten.histogram.bins_tensor)
-def histogram_edges(ctx, self, bins, *, weight=None, density=False):
-    out = ctx.dtype(self)
-    work = _float_work(out)
-    x = nx.flatten(ctx, ctx.cast(self, work))
-    edges = ctx.cast(bins, work)
-    n_bins = nx.static_dim(ctx, bins, 0)
-    if n_bins is None:
-        raise NotImplementedError("histogram with symbolic bin edges count is not supported")
-    n_bins -= 1
-    # Binary search: the bin is the number of edges <= x, minus one; the last includes its edge.
-    below = ctx.op.LessOrEqual(
-        ctx.op.Unsqueeze(edges, ctx.const([0], i64)), ctx.op.Unsqueeze(x, ctx.const([1], i64))
-    )
-    position = ctx.op.Sub(
-        nx.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [1], False), ctx.const(1, i64)
-    )
-    position = ctx.op.Min(position, ctx.const(n_bins - 1, i64))
-    low = ctx.op.Gather(edges, ctx.const(0, i64), axis=0)
-    high = ctx.op.Gather(edges, ctx.const(n_bins, i64), axis=0)
-    inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
-    index = ctx.op.Where(inside, position, ctx.const(n_bins, i64))
-    weights = None if weight is None else nx.flatten(ctx, ctx.cast(weight, work))
-    totals = _bin_totals(ctx, index, n_bins, weights, work)
-    if density:
-        totals = _density(ctx, totals, edges)
-    return ctx.cast(totals, out), ctx.cast(bins, out)
-
-
 @translates(aten.bincount.default)
 def bincount(ctx, self, weights=None, minlength=0):
     out = ctx.out_dtype

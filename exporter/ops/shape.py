@@ -675,10 +675,20 @@ def repeat_interleave_self_tensor(ctx, self, repeats, dim=None, *, output_size=N
 
 
 # --------------------------------------------------------------------------- triangles
-@translates(aten.tril.default, aten.triu.default)
-def trilu(ctx, self, diagonal=0):
-    upper = 1 if ctx.node.target.overloadpacket is aten.triu else 0
+def _trilu(ctx, self, diagonal, upper: int) -> ir.Value:
     return L.data_op(ctx, "Trilu", "Trilu", self, ctx.scalar(diagonal), upper=upper)
+
+
+# Two translations rather than one reading the node's target: the in-place overloads (triu_)
+# reach these through their functional twin, with the in-place target on the node.
+@translates(aten.tril.default)
+def tril(ctx, self, diagonal=0):
+    return _trilu(ctx, self, diagonal, upper=0)
+
+
+@translates(aten.triu.default)
+def triu(ctx, self, diagonal=0):
+    return _trilu(ctx, self, diagonal, upper=1)
 
 
 # ---------------------------------------------------------------------- strided views

@@ -261,6 +261,13 @@ def polygamma(ctx, n, self):
     return ctx.cast(value, dtype)
 
 
+@translates(aten.polygamma_.default)
+def polygamma_inplace(ctx, self, n):
+    # The in-place overload takes (self, n), the functional one (n, self): the automatic
+    # in-place -> functional fallback would pass them swapped.
+    return polygamma(ctx, n, self)
+
+
 def _torch_trigamma_reflected(ctx, self: ir.Value, x: ir.Value) -> ir.Value:
     # torch's float trigamma reflects with sin(pi x) evaluated in float32, which is off by up to
     # ~1e-5 relative for |x| of a few units; OpInfo compares against that, so do the same.
