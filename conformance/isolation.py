@@ -137,12 +137,16 @@ class CaseChild:
         process.join(timeout=10)
         code = process.exitcode
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"the case child died from {name}"
+            return f"the case child died from {signal_name(-code)}"
         return f"the case child exited with code {code}"
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11; ``signal 99`` for a number the platform does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def child_main(conn) -> None:

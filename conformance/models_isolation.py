@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from conformance.isolation import STARTUP_TIMEOUT_S, ChildResult
+from conformance.isolation import STARTUP_TIMEOUT_S, ChildResult, signal_name
 
 #: How long the zygote may take to report a killed case process before it is killed too.
 REAP_TIMEOUT_S = 30.0
@@ -152,11 +152,7 @@ class ForkingModelChild:
 
 def _death_note(status: int) -> str:
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"the case process died from {name}"
+        return f"the case process died from {signal_name(-status)}"
     return f"the case process exited with code {status} before reporting a result"
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -360,36 +359,14 @@ class ModelRuntime:
 
     def _run(self, key: ModelCaseId, facts: dict[str, Any]) -> dict[str, Any]:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
-        from conformance.plugin import _abnormal
+        from conformance.plugin import run_isolated
 
-        base = self.base
-        base._mark_inflight(key, "export", facts)
-        shutil.rmtree(base.scratch, ignore_errors=True)  # never inherit the last case's files
-        announce = lambda stage: base._mark_inflight(key, stage, facts)  # noqa: E731
-        try:
-            if base.options.isolation == "none":
-                from conformance.models_runner import run_model_case
+        def inline(scratch, announce) -> dict[str, Any]:
+            from conformance.models_runner import run_model_case
 
-                return run_model_case(key.id, base.scratch, announce=announce).to_dict()
-            result = self.child.run(
-                key.id, base.scratch, self.options.case_timeout, on_stage=announce
-            )
-        except pytest.fail.Exception as exc:
-            if "Timeout" not in str(exc):
-                raise
-            self.child.kill()
-            stage = base._inflight_stage() or "export"
-            return _abnormal("timeout", stage, f"{exc} at stage {stage}")
-        if result.status == "done":
-            return result.outcome
-        if result.status == "timeout":
-            detail = f"case timed out after {self.options.case_timeout:g} s at stage {result.stage}"
-            return _abnormal("timeout", result.stage, detail)
-        if result.status == "error":
-            row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
-            row["error_signature"] = f"HarnessError: {row['error_signature']}"
-            return row
-        return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
+            return run_model_case(key.id, scratch, announce=announce).to_dict()
+
+        return run_isolated(self.base, key, facts, self.child, self.options.case_timeout, inline)
 
     def _row(self, key: ModelCaseId, fields: dict[str, Any]):
         from reports.rows import CaseResult

@@ -408,36 +408,13 @@ class CaseRuntime:
 
     def _run(self, case: OpCase, facts: dict[str, Any]) -> dict[str, Any]:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
-        self._mark_inflight(case, "export", facts)
-        shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
-        announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
-        try:
-            if self.options.isolation == "none":
-                from conformance.runner import run_op_case
 
-                return run_op_case(case, self.scratch, announce=announce).to_dict()
-            result = self.child.run(
-                case.id, self.scratch, self.options.case_timeout, on_stage=announce
-            )
-        except pytest.fail.Exception as exc:
-            if "Timeout" not in str(exc):
-                raise
-            # pytest-timeout fired: in-process that is the case timeout, with the child it is
-            # the backstop and the child is stuck somewhere.
-            self.child.kill()
-            stage = self._inflight_stage() or "export"
-            return _abnormal("timeout", stage, f"{exc} at stage {stage}")
-        if result.status == "done":
-            return result.outcome
-        if result.status == "timeout":
-            detail = f"case timed out after {self.options.case_timeout:g} s at stage {result.stage}"
-            return _abnormal("timeout", result.stage, detail)
-        if result.status == "error":
-            # A bug in the harness, not in the exporter: the row says so in its signature.
-            row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
-            row["error_signature"] = f"HarnessError: {row['error_signature']}"
-            return row
-        return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
+        def inline(scratch: Path, announce) -> dict[str, Any]:
+            from conformance.runner import run_op_case
+
+            return run_op_case(case, scratch, announce=announce).to_dict()
+
+        return run_isolated(self, case, facts, self.child, self.options.case_timeout, inline)
 
     def _row(self, case: OpCase, fields: dict[str, Any]):
         from reports.rows import CaseResult
@@ -483,6 +460,39 @@ class CaseRuntime:
             return json.loads(self.inflight.read_text())["stage"]
         except (OSError, ValueError, KeyError):
             return None
+
+
+def run_isolated(runtime, case, facts, child, case_timeout: float, inline) -> dict[str, Any]:
+    """Run ``case`` (anything with an ``id``) in ``child``, or through ``inline(scratch,
+    announce)`` without isolation, and return its outcome as a dict of row fields whatever
+    happens to the child. ``runtime`` is the worker's ``CaseRuntime`` (scratch directory and
+    in-flight marker); op and model cases share this."""
+    runtime._mark_inflight(case, "export", facts)
+    shutil.rmtree(runtime.scratch, ignore_errors=True)  # never inherit the last case's files
+    announce = lambda stage: runtime._mark_inflight(case, stage, facts)  # noqa: E731
+    try:
+        if runtime.options.isolation == "none":
+            return inline(runtime.scratch, announce)
+        result = child.run(case.id, runtime.scratch, case_timeout, on_stage=announce)
+    except pytest.fail.Exception as exc:
+        if "Timeout" not in str(exc):
+            raise
+        # pytest-timeout fired: in-process that is the case timeout, with the child it is the
+        # backstop and the child is stuck somewhere.
+        child.kill()
+        stage = runtime._inflight_stage() or "export"
+        return _abnormal("timeout", stage, f"{exc} at stage {stage}")
+    if result.status == "done":
+        return result.outcome
+    if result.status == "timeout":
+        detail = f"case timed out after {case_timeout:g} s at stage {result.stage}"
+        return _abnormal("timeout", result.stage, detail)
+    if result.status == "error":
+        # A bug in the harness, not in the exporter: the row says so in its signature.
+        row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
+        row["error_signature"] = f"HarnessError: {row['error_signature']}"
+        return row
+    return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
 
 
 def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:

@@ -253,7 +253,9 @@ def _detection_case(
 
     def make_module() -> nn.Module:
         module = constructor(weights=None, weights_backbone=None, **constructor_kwargs)
-        return _deterministic(module, name, make_inputs(sizes))
+        module = _deterministic(module, name, make_inputs(sizes))
+        _spread_class_scores(module)
+        return module
 
     return register(
         ModelCase(
@@ -265,9 +267,30 @@ def _detection_case(
             sizes=sizes,
             second_sizes={"height": 136, "width": 112},
             dynamic_shapes=([{1: "height", 2: "width"}],),
+            capture="torchvision-detection",
             notes=_DETECTION_NOTES,
         )
     )
+
+
+def _spread_class_scores(module: nn.Module) -> None:
+    """Fan-in init makes the class logits large enough to saturate the softmax, which ties
+    every score at 1.0 and leaves NMS's order to rounding; a smaller last classification layer
+    spreads the scores out."""
+    with torch.no_grad():
+        head = getattr(module, "head", None)
+        if head is not None and hasattr(head, "classification_head"):
+            classification = head.classification_head
+            layers = getattr(classification, "module_list", None)
+            if layers is not None:  # SSD, SSDlite
+                for block in layers:
+                    last = block[-1] if isinstance(block, nn.Sequential) else block
+                    last.weight.mul_(0.1)
+            elif hasattr(classification, "cls_logits"):  # RetinaNet, FCOS
+                classification.cls_logits.weight.mul_(0.1)
+        roi_heads = getattr(module, "roi_heads", None)
+        if roi_heads is not None:
+            roi_heads.box_predictor.cls_score.weight.mul_(0.1)
 
 
 # --- video -----------------------------------------------------------------------------------
