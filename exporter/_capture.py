@@ -79,13 +79,19 @@ def capture(
     """
     from exporter._capture_patches import CAPTURE_PATCHES
     from exporter._capture_rewrites import data_dependent_rewrites
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
 
     attempts = [] if attempts is None else attempts
     suffix = f" with patches {list(patches)}" if patches else ""
     for name in strategies or list(STRATEGIES):
         start = time.perf_counter()
         try:
-            with onnx_export_flag(), data_dependent_rewrites(), contextlib.ExitStack() as stack:
+            with (
+                onnx_export_flag(),
+                fake_kernels_installed(),
+                data_dependent_rewrites(),
+                contextlib.ExitStack() as stack,
+            ):
                 for patch in patches:
                     stack.enter_context(CAPTURE_PATCHES[patch]())
                 program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)

@@ -76,8 +76,13 @@ def decompose(
         return program, None
     try:
         from exporter._capture import _size_oblivious
+        from exporter._flags import onnx_export_flag
+        from exporter.ops._fake_kernels import installed as fake_kernels_installed
 
-        with _size_oblivious():
+        # The re-trace runs op kernels on fake tensors again: the kernels torch lacks
+        # (ops/_fake_kernels.py) and those that behave differently while we export (the
+        # recurrent ops' shape kernels, ops/recurrent.py) must be there as during capture.
+        with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
             return program.run_decompositions(decomposition_table(registry)), reason
     except Exception as exc:
         raise DecompositionError(

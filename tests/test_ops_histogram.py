@@ -113,11 +113,20 @@ def test_histogram_opsets(opset):
     check_op(lambda x: torch.histogram(x, 5, density=True), (x,), opset=opset)
 
 
-def test_meta_kernels_are_registered():
+def test_meta_kernels_are_registered_while_exporting():
+    from exporter.ops._fake_kernels import installed
+
+    with installed():
+        _check_meta_kernels()
+    for name in histogram_ops._META_KERNELS:  # torch as shipped again
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta")
+
+
+def _check_meta_kernels():
     for name in histogram_ops._META_KERNELS:
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"), name
     # A second registration pass finds them all present and registers nothing more.
-    histogram_ops._register_meta_kernels()
+    assert histogram_ops._register_meta_kernels() is None
     hist, edges = torch.ops.aten.histogram.bin_ct(torch.empty(7, device="meta"), 4)
     assert hist.shape == (4,) and edges.shape == (5,)
     x = torch.empty(9, 3, device="meta")

@@ -16,6 +16,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops import _numerics as nx
+from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
 from exporter.ops.reduction import _bin_index, _float_work, _linspace
 
@@ -75,24 +76,20 @@ _META_KERNELS = {
     "_histogramdd_from_bin_tensors": _histogramdd_from_bin_tensors_meta,
 }
 
-#: The library that owns our Meta kernels; it must stay alive for them to stay registered.
-_META_LIBRARY: torch.library.Library | None = None
 
-
-def _register_meta_kernels() -> None:
+@fake_kernels
+def _register_meta_kernels() -> torch.library.Library | None:
     """Give the histogram ops Meta kernels: they have CPU kernels only, and fake tensors can
     fall back to a real kernel for static shapes alone. Ops that already have one (a newer
-    torch, or an earlier import) are left as they are."""
-    global _META_LIBRARY
+    torch, or an outer export) are left as they are."""
+    library = None
     for name, kernel in _META_KERNELS.items():
         if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
             continue
-        if _META_LIBRARY is None:
-            _META_LIBRARY = torch.library.Library("aten", "IMPL")
-        _META_LIBRARY.impl(name, kernel, "Meta")
-
-
-_register_meta_kernels()
+        if library is None:
+            library = torch.library.Library("aten", "IMPL")
+        library.impl(name, kernel, "Meta")
+    return library
 
 
 # ------------------------------------------------------------------------------ translation

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from exporter.ops import _numerics as nx
+from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
 from exporter.ops.linalg import _is_value, _over_columns, _swap_last
 from exporter.ops.linalg_spectral import eigh, svd
@@ -42,6 +43,7 @@ def _geqrf_meta(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, tau
 
 
+@fake_kernels
 def _register_geqrf_meta() -> torch.library.Library | None:
     """Without a Meta kernel, fake tensors with symbolic sizes cannot run geqrf, so
     torch.export fails to capture it with dynamic shapes. A torch that has one keeps it."""
@@ -50,10 +52,6 @@ def _register_geqrf_meta() -> torch.library.Library | None:
     library = torch.library.Library("aten", "IMPL")
     library.impl("geqrf", _geqrf_meta, "Meta")
     return library
-
-
-#: Held for the life of the process: dropping the Library would unregister the kernel.
-_GEQRF_META_LIBRARY = _register_geqrf_meta()
 
 
 # ------------------------------------------------------------------------------------ polar
