@@ -37,6 +37,10 @@ def summary_markdown(rows: Sequence[CaseResult]) -> str:
         heading(1, "Conformance summary"),
         headline(rows),
         links(rows),
+        heading(2, "Pass rate by exporter"),
+        "Each row counts the cases that exporter ran (skips excluded); exporters compare like "
+        "with like in the side-by-side section below.",
+        by_exporter_table(rows).render(),
         heading(2, "Pass rate by axis"),
         pass_rate_table(rows).render(),
         heading(2, "Exporters side by side"),
@@ -76,6 +80,27 @@ def links(rows: Sequence[CaseResult]) -> str:
     items.append("JUnit XML in `junit/`")
     images = [f"![{data.title}]({path})" for path, data in planned_charts(rows)]
     return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")
+
+
+def by_exporter_table(rows: Sequence[CaseResult]) -> Table:
+    """Each exporter's pass rate per kind and dtype, static and dynamic side by side: the
+    numbers a reader looks for first (the axis table below mixes exporters)."""
+    shapes = ordered({row.shapes for row in rows}, "shapes")
+    table = Table(["exporter", "kind", "dtype", *shapes])
+    groups = group_by(rows, lambda r: (r.exporter, r.kind, r.dtype))
+    exporters = ordered({row.exporter for row in rows}, "exporter")
+    kinds = ordered({row.kind for row in rows}, "kind")
+    dtypes = ordered({row.dtype for row in rows}, "dtype")
+    for key in ((e, k, d) for e in exporters for k in kinds for d in dtypes):
+        if key not in groups:
+            continue
+        by_shapes = group_by(groups[key], lambda r: r.shapes)
+        cells = [
+            fraction_with_percent(*pass_count(by_shapes[s])) if s in by_shapes else ""
+            for s in shapes
+        ]
+        table.add(*(text(part) for part in key), *cells)
+    return table
 
 
 def pass_rate_table(rows: Sequence[CaseResult]) -> Table:

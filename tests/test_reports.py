@@ -577,3 +577,30 @@ def test_side_by_side_leaves_skips_out_and_counts_ops_that_fully_pass():
         "ours: all cases pass": "2",
         "torch-dynamo: all cases pass": "2",
     }
+
+
+def test_summary_gives_each_exporter_static_and_dynamic_per_kind_and_dtype():
+    outcomes = [
+        ("ours", "f32", "static", "pass"),
+        ("ours", "f32", "static", "fail"),
+        ("ours", "f32", "dynamic", "pass"),
+        ("ours", "f32", "dynamic", "skip"),
+        ("ours", "i64", "static", "pass"),
+        ("torch-dynamo", "f32", "static", "fail"),
+    ]
+    rows = [
+        CaseResult(
+            id=f"op::neg::s{i:03d}::{dtype}::{shapes}::opset20::cpu::{exporter}",
+            kind="op", subject="neg", family="elementwise", dtype=dtype, shapes=shapes,
+            opset=20, provider="cpu", exporter=exporter, status=status,
+            stage="compare" if status == "fail" else None,
+        )
+        for i, (exporter, dtype, shapes, status) in enumerate(outcomes)
+    ]  # fmt: skip
+    table = tables(section(summary_markdown(rows), "Pass rate by exporter"))[0]
+    cells = {(row["exporter"], row["dtype"]): (row["static"], row["dynamic"]) for row in table}
+    assert cells == {
+        ("ours", "f32"): ("1/2 (50%)", "1/1 (100%)"),  # the skip judges nothing
+        ("ours", "i64"): ("1/1 (100%)", ""),
+        ("torch-dynamo", "f32"): ("0/1 (0%)", ""),
+    }
