@@ -8,8 +8,8 @@
     ``--opset 18``, ``--ops 'nn.functional.*'``, ``--shard 0/4``, ``-n 4``.
 
 ``python -m conformance repro CASE_ID [--results DIR]``
-    Re-runs one op case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx, inputs,
-    expected outputs, repro.py), whatever the case's outcome.
+    Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
+    inputs, expected outputs, repro.py), whatever the case's outcome.
 """
 
 from __future__ import annotations
@@ -138,9 +138,13 @@ def run(args: list[str]) -> int:
 def repro(args: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m conformance repro",
-        description="Re-run one op case and rebuild its repro directory.",
+        description="Re-run one op or model case and rebuild its repro directory.",
     )
-    parser.add_argument("case_id", help="e.g. 'op::abs::s000::f32::static::opset20::cpu::ours'")
+    parser.add_argument(
+        "case_id",
+        help="e.g. 'op::abs::s000::f32::static::opset20::cpu::ours' or "
+        "'model::torchvision/resnet18::f32::dynamic::opset20::cpu::ours::opt'",
+    )
     parser.add_argument("--results", default="results", type=Path, help="results directory")
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds the case may take (default 600)"
@@ -153,22 +157,32 @@ def repro(args: list[str]) -> int:
     options = parser.parse_args(args)
 
     from conformance.cases import parse_case_id
+    from conformance.models_cases import is_model_id, parse_model_id
     from conformance.repro import keep_repro
 
+    model = is_model_id(options.case_id)
     try:
-        case = parse_case_id(options.case_id)
+        case = (parse_model_id if model else parse_case_id)(options.case_id)
     except ValueError as exc:
         parser.error(str(exc))
     scratch = options.results / ".scratch" / "repro" / "current"
     shutil.rmtree(scratch, ignore_errors=True)
     if options.in_process:
-        from conformance.runner import run_op_case
+        if model:
+            from conformance.models_runner import run_model_case
 
-        outcome = run_op_case(case, scratch).to_dict()
+            outcome = run_model_case(case.id, scratch).to_dict()
+        else:
+            from conformance.runner import run_op_case
+
+            outcome = run_op_case(case, scratch).to_dict()
     else:
-        from conformance.isolation import CaseChild
+        if model:
+            from conformance.models_isolation import ForkingModelChild as Child
+        else:
+            from conformance.isolation import CaseChild as Child
 
-        child = CaseChild()
+        child = Child()
         try:
             result = child.run(case.id, scratch, options.timeout)
         finally:

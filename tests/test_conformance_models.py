@@ -361,3 +361,21 @@ def test_a_crash_or_a_hang_costs_one_case_and_the_run_goes_on(tmp_path):
     assert (rows[_id("tiny/hang")].status, rows[_id("tiny/hang")].stage) == ("timeout", "export")
     assert rows[_id("tiny/mlp")].status == "pass", proc.stdout[-2000:]
     assert rows[_id("tiny/crash")].repro_dir and rows[_id("tiny/hang")].repro_dir
+
+
+def test_repro_command_rebuilds_a_model_case(tmp_path):
+    case_id = "model::synthetic/mlp::f32::static::opset20::cpu::ours::opt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance", "repro", case_id, "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{case_id}: pass" in proc.stdout
+    (directory,) = (tmp_path / "repros").iterdir()
+    assert json.loads((directory / "case.json").read_text())["status"] == "pass"
+    rerun = subprocess.run(
+        [sys.executable, str(directory / "repro.py")], capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
