@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from tests.op_check import check_op
+import exporter
+from tests.op_check import Lambda, check_op, run_onnx
 from tests.test_ops_reduction import case_params, dynamic, r
 
 NAN = math.nan
@@ -201,3 +202,39 @@ def test_unique_output_size_follows_the_data():
         dynamic_shapes=dynamic(first),
         second_args=(second,),
     )
+
+
+# (fn, indices the stable order picks): torch's sort(stable=True) keeps equal values in input
+# order, which is ONNX TopK's rule (lower index first among ties).
+TIE_CASES = [
+    (
+        "topk",
+        lambda t: torch.topk(t, 3),
+        lambda t: torch.sort(t, dim=-1, descending=True, stable=True)[1][:, :3],
+    ),
+    (
+        "topk_smallest",
+        lambda t: torch.topk(t, 2, largest=False),
+        lambda t: torch.sort(t, dim=-1, stable=True)[1][:, :2],
+    ),
+    (
+        "kthvalue",
+        lambda t: torch.kthvalue(t, 2),
+        lambda t: torch.sort(t, dim=-1, stable=True)[1][:, 1],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "stable_indices"), [c[1:] for c in TIE_CASES], ids=[c[0] for c in TIE_CASES]
+)
+def test_ties_pick_the_lower_index(fn, stable_indices):
+    """torch documents topk's tie order as unstable: its CPU kernel (partial_sort/nth_element)
+    returns [1, 0, 4] for topk([1, 1, 0, 0, 0], 3) but [2, 3, 4] for [0, 0, 1, 1, 0], so the
+    exported indices are held to the stable order instead, and values must match eager."""
+    x = torch.tensor([[1, 1, 0, 0, 0], [0, 0, 1, 1, 0], [2, 2, 2, 0, 0], [5, 0, 5, 0, 0]])
+    values, indices = (
+        torch.from_numpy(o) for o in run_onnx(exporter.export(Lambda(fn).eval(), (x,)), (x,))
+    )
+    assert torch.equal(values, fn(x)[0])
+    assert torch.equal(indices, stable_indices(x))
