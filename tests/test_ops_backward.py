@@ -184,6 +184,50 @@ def test_avg_pool2d_backward(name):
     check_op(fn, (go, x), rtol=1e-5, atol=1e-6)
 
 
+AVG3D_CASES = {
+    # name: (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    "plain": ([2, 2, 2], [2, 2, 2], [0, 0, 0], False, True, None),
+    "padded-exclude": ([3, 2, 3], [2, 1, 2], [1, 0, 1], False, False, None),
+    "ceil": ([3, 3, 2], [2, 2, 2], [1, 1, 0], True, True, None),
+    "divisor": ([2, 3, 2], [2, 2, 1], [1, 1, 0], False, True, 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AVG3D_CASES))
+def test_avg_pool3d_backward(name):
+    kernel, stride, padding, ceil_mode, include_pad, divisor = AVG3D_CASES[name]
+    x = randn(2, 3, 7, 6, 5)
+    out = aten.avg_pool3d(x, kernel, stride, padding, ceil_mode, include_pad, divisor)
+    go = randn(*out.shape, seed=1)
+
+    def fn(go, x):
+        return aten.avg_pool3d_backward(
+            go, x, kernel, stride, padding, ceil_mode, include_pad, divisor
+        )
+
+    check_op(fn, (go, x), rtol=1e-5, atol=1e-6)
+
+
+def test_avg_pool3d_backward_dynamic():
+    kernel, stride, padding = [3, 2, 2], [2, 2, 1], [1, 0, 1]
+
+    def args(shape, seed):
+        x = randn(*shape, seed=seed)
+        out = aten.avg_pool3d(x, kernel, stride, padding, False, True)
+        return (randn(*out.shape, seed=seed + 1), x)
+
+    def fn(go, x):
+        return aten.avg_pool3d_backward(go, x, kernel, stride, padding, False, True, None)
+
+    spatial = {0: DYN, 2: DYN, 3: DYN, 4: DYN}
+    check_op(
+        fn,
+        args((2, 3, 7, 6, 5), 0),
+        dynamic_shapes=((spatial, spatial),),
+        second_args=args((3, 3, 9, 8, 6), 3),
+    )
+
+
 def test_avg_pool2d_backward_dynamic_and_unbatched():
     kernel, stride, padding = [3, 3], [2, 2], [1, 1]
 

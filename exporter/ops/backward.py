@@ -1,4 +1,4 @@
-"""Convolution and 2-d average-pool gradients (convolution_backward, avg_pool2d_backward).
+"""Convolution and average-pool gradients (convolution_backward, avg_pool2d/3d_backward).
 
 They appear when a graph with autograd in it is exported (training steps, gradient-based
 inference such as saliency maps). Each gradient is written out from the forward's definition,
@@ -159,15 +159,16 @@ def convolution_backward(
 
 # ------------------------------------------------------------------------------- pooling
 def _window_divisors(ctx, self, out_sizes, kernel, stride, padding, count_include_pad, work):
-    """Per output position, the divisor torch's avg_pool2d used: (oH, oW), separable.
+    """Per output position, the divisor torch's avg_pool used: (*out_spatial), separable.
 
     For a window [i*s - p, i*s - p + k) clipped to the padded input, count_include_pad counts
     padding, otherwise only the cells inside the input are counted.
     """
     factors = []
+    n = len(kernel)
     rank = ctx.rank(self)
     for axis, (k, s, p) in enumerate(zip(kernel, stride, padding)):
-        size = ctx.op.Squeeze(dim_size(ctx, self, rank - 2 + axis), [0])
+        size = ctx.op.Squeeze(dim_size(ctx, self, rank - n + axis), [0])
         count = ctx.op.Squeeze(out_sizes[axis], [0])
         i = ctx.op.Range(ctx.const(0, torch.int64), count, ctx.const(1, torch.int64))
         start = ctx.op.Sub(ctx.op.Mul(i, ctx.const(s, torch.int64)), ctx.const(p, torch.int64))
@@ -180,12 +181,27 @@ def _window_divisors(ctx, self, out_sizes, kernel, stride, padding, count_includ
         else:
             length = ctx.op.Sub(ctx.op.Min(end, size), ctx.op.Max(start, ctx.const(0, torch.int64)))
         factors.append(ctx.cast(length, work))
-    return ctx.op.Mul(ctx.op.Unsqueeze(factors[0], [1]), ctx.op.Unsqueeze(factors[1], [0]))
+    # The outer product of the per-axis factors: factor i spans axis i of n.
+    divisors = None
+    for axis, factor in enumerate(factors):
+        spread = ctx.op.Unsqueeze(factor, [a for a in range(n) if a != axis])
+        divisors = spread if divisors is None else ctx.op.Mul(divisors, spread)
+    return divisors
 
 
 @translates(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(
+def avg_pool2d_backward(ctx, grad_output, self, *args):
+    return _avg_pool_backward(ctx, 2, grad_output, self, *args)
+
+
+@translates(aten.avg_pool3d_backward.default)
+def avg_pool3d_backward(ctx, grad_output, self, *args):
+    return _avg_pool_backward(ctx, 3, grad_output, self, *args)
+
+
+def _avg_pool_backward(
     ctx,
+    n,
     grad_output,
     self,
     kernel_size,
@@ -195,13 +211,13 @@ def avg_pool2d_backward(
     count_include_pad,
     divisor_override,
 ):
-    kernel = static_ints(as_int_list(kernel_size, 2), "kernel_size")
-    stride = static_ints(as_int_list(stride, 2) if stride else kernel, "stride")
-    padding = static_ints(as_int_list(padding, 2), "padding")
+    kernel = static_ints(as_int_list(kernel_size, n), "kernel_size")
+    stride = static_ints(as_int_list(stride, n) if stride else kernel, "stride")
+    padding = static_ints(as_int_list(padding, n), "padding")
     rank = ctx.rank(self)
     go = _work(ctx, grad_output)
     work = ctx.dtype(go)
-    out_sizes = [dim_size(ctx, grad_output, rank - 2), dim_size(ctx, grad_output, rank - 1)]
+    out_sizes = [dim_size(ctx, grad_output, rank - n + axis) for axis in range(n)]
     if divisor_override:
         scaled = ctx.op.Div(go, ctx.const(float(divisor_override), work))
     else:
@@ -212,10 +228,10 @@ def avg_pool2d_backward(
     # Every plane is spread independently: fold the leading axes into the batch so one
     # (1, 1, kH, kW) ones kernel serves any (dynamic) channel count.
     planes = ctx.op.Reshape(
-        scaled, concat_ints(ctx, [-1, 1], shape_slice(ctx, grad_output, rank - 2))
+        scaled, concat_ints(ctx, [-1, 1], shape_slice(ctx, grad_output, rank - n))
     )
     ones = ctx.const(torch.ones(1, 1, *kernel), work)
-    full = ctx.op.ConvTranspose(planes, ones, strides=stride, pads=[0, 0, 0, 0])
-    grad = _crop_spatial(ctx, full, shape_slice(ctx, self, rank - 2), padding)
+    full = ctx.op.ConvTranspose(planes, ones, strides=stride, pads=[0] * (2 * n))
+    grad = _crop_spatial(ctx, full, shape_slice(ctx, self, rank - n), padding)
     grad = ctx.op.Reshape(grad, ctx.op.Shape(self))
     return ctx.cast(grad, ctx.dtype(grad_output))
