@@ -84,46 +84,19 @@ class CaseChild:
                 return ChildResult("error", stage=stage, detail=payload)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-        if self._process is not None:
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
+        stop_process(self._process, self._conn, polite=True)
         self._process = self._conn = None
 
     def _restart(self) -> None:
         self.close()
-        context = multiprocessing.get_context("spawn")
-        parent_conn, child_conn = context.Pipe()
-        process = context.Process(
-            target=child_main, args=(child_conn,), name="conformance-case-child", daemon=True
+        self._process, self._conn = start_process(
+            child_main, "conformance-case-child", "case child"
         )
-        process.start()
-        child_conn.close()
-        if not parent_conn.poll(STARTUP_TIMEOUT_S):
-            process.kill()
-            raise RuntimeError(f"the case child did not start within {STARTUP_TIMEOUT_S:g} s")
-        try:
-            parent_conn.recv()  # "ready"
-        except EOFError:
-            process.join()
-            raise RuntimeError(
-                f"the case child died while starting (exit code {process.exitcode})"
-            ) from None
-        self._process, self._conn, self._cases_run = process, parent_conn, 0
+        self._cases_run = 0
 
     def kill(self) -> None:
         """Stop the child at once (it may be stuck); the next case starts a fresh one."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.join()
-        if self._conn is not None:
-            self._conn.close()
+        stop_process(self._process, self._conn, polite=False)
         self._process = self._conn = None
 
     def _death_note(self) -> str:
@@ -139,6 +112,45 @@ class CaseChild:
         if code is not None and code < 0:
             return f"the case child died from {signal_name(-code)}"
         return f"the case child exited with code {code}"
+
+
+def start_process(target, name: str, what: str):
+    """Spawn ``target(conn)`` and wait for its "ready"; returns (process, parent end of the
+    pipe). ``what`` names the process in errors ("case child")."""
+    context = multiprocessing.get_context("spawn")
+    parent_conn, child_conn = context.Pipe()
+    process = context.Process(target=target, args=(child_conn,), name=name, daemon=True)
+    process.start()
+    child_conn.close()
+    if not parent_conn.poll(STARTUP_TIMEOUT_S):
+        process.kill()
+        raise RuntimeError(f"the {what} did not start within {STARTUP_TIMEOUT_S:g} s")
+    try:
+        parent_conn.recv()  # "ready"
+    except EOFError:
+        process.join()
+        raise RuntimeError(
+            f"the {what} died while starting (exit code {process.exitcode})"
+        ) from None
+    return process, parent_conn
+
+
+def stop_process(process, conn, *, polite: bool) -> None:
+    """Stop a process started by ``start_process``: politely (ask it to exit, wait 5 s, then
+    kill) or at once, and close its pipe."""
+    if polite and conn is not None:
+        try:
+            conn.send(None)
+        except OSError:
+            pass
+    if process is not None:
+        if polite:
+            process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+        process.join()
+    if conn is not None:
+        conn.close()
 
 
 def signal_name(number: int) -> str:

@@ -18,14 +18,13 @@ not exist, a fresh spawned child per case does the same job, slowly.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
 import traceback
 from pathlib import Path
 
-from conformance.isolation import STARTUP_TIMEOUT_S, ChildResult, signal_name
+from conformance.isolation import ChildResult, signal_name, start_process, stop_process
 
 #: How long the zygote may take to report a killed case process before it is killed too.
 REAP_TIMEOUT_S = 30.0
@@ -63,7 +62,7 @@ class ForkingModelChild:
             try:
                 kind, payload = self._conn.recv()
             except (EOFError, OSError):
-                self._forget_zygote()
+                self.kill()  # the zygote is gone: reap it and drop the pipe
                 if finished is not None:
                     return finished
                 return ChildResult("crash", stage=stage, detail="the model case zygote died")
@@ -82,46 +81,18 @@ class ForkingModelChild:
                 return ChildResult("crash", stage=stage, detail=_death_note(payload))
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-        if self._process is not None:
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
-        self._forget_zygote()
+        stop_process(self._process, self._conn, polite=True)
+        self._process = self._conn = None
 
     def kill(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join()
-        self._forget_zygote()
+        stop_process(self._process, self._conn, polite=False)
+        self._process = self._conn = None
 
     def _start(self) -> None:
         self.close()
-        context = multiprocessing.get_context("spawn")
-        parent_conn, child_conn = context.Pipe()
-        process = context.Process(
-            target=zygote_main, args=(child_conn,), name="conformance-model-zygote", daemon=True
+        self._process, self._conn = start_process(
+            zygote_main, "conformance-model-zygote", "model case zygote"
         )
-        process.start()
-        child_conn.close()
-        if not parent_conn.poll(STARTUP_TIMEOUT_S):
-            process.kill()
-            raise RuntimeError(
-                f"the model case zygote did not start within {STARTUP_TIMEOUT_S:g} s"
-            )
-        try:
-            parent_conn.recv()  # "ready"
-        except EOFError:
-            process.join()
-            raise RuntimeError(
-                f"the model case zygote died while starting (exit code {process.exitcode})"
-            ) from None
-        self._process, self._conn = process, parent_conn
 
     def _kill_case(self, pid: int | None) -> None:
         """Kill a stuck case process and take the zygote's report of it off the pipe."""
@@ -143,11 +114,6 @@ class ForkingModelChild:
             if kind == "exit":
                 return
         self.kill()
-
-    def _forget_zygote(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
 
 
 def _death_note(status: int) -> str:
