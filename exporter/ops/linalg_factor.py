@@ -345,26 +345,23 @@ def _reflectors_from_packed(ctx, packed, rank, work):
     return ctx.op.Add(below, ctx.cast(ctx.op.Equal(rows, cols), work))
 
 
-@translates(aten.linalg_householder_product.default, aten.orgqr.default)
-def linalg_householder_product(ctx, input, tau):
-    rank = ctx.rank(input)
-    work = _float_work(ctx.dtype(input))
-    reflectors = _reflectors_from_packed(ctx, input, rank, work)
+def _q_from_packed(ctx, packed, tau, rank, work):
+    """The full (m, m) Q of geqrf's packed reflectors and their ``tau`` (one per reflector)."""
+    reflectors = _reflectors_from_packed(ctx, packed, rank, work)
     k_static = nx.static_dim(ctx, tau, rank - 2)
     k = (
         ctx.const(k_static, i64)
         if k_static is not None
         else ctx.op.Squeeze(ctx.op.Shape(tau, start=rank - 2, end=rank - 1), ctx.const([0], i64))
     )
-    q = _apply_reflectors(
-        ctx,
-        _eye_like_rows(ctx, reflectors, rank, work),
-        reflectors,
-        ctx.cast(tau, work),
-        rank,
-        k,
-        k_static,
-    )
+    eye = _eye_like_rows(ctx, reflectors, rank, work)
+    return _apply_reflectors(ctx, eye, reflectors, ctx.cast(tau, work), rank, k, k_static)
+
+
+@translates(aten.linalg_householder_product.default, aten.orgqr.default)
+def linalg_householder_product(ctx, input, tau):
+    rank = ctx.rank(input)
+    q = _q_from_packed(ctx, input, tau, rank, _float_work(ctx.dtype(input)))
     n1 = ctx.op.Shape(input, start=rank - 1, end=rank)
     q = ctx.op.Slice(q, ctx.const([0], i64), n1, ctx.const([rank - 1], i64))
     return ctx.cast(q, ctx.dtype(input))
@@ -375,22 +372,7 @@ def ormqr(ctx, self, input2, input3, left=True, transpose=False):
     """op(Q) @ C (left) or C @ op(Q), Q from geqrf's packed reflectors and taus."""
     rank = ctx.rank(self)
     work = _float_work(ctx.dtype(self))
-    reflectors = _reflectors_from_packed(ctx, self, rank, work)
-    k_static = nx.static_dim(ctx, input2, rank - 2)
-    k = (
-        ctx.const(k_static, i64)
-        if k_static is not None
-        else ctx.op.Squeeze(ctx.op.Shape(input2, start=rank - 2, end=rank - 1), ctx.const([0], i64))
-    )
-    q = _apply_reflectors(
-        ctx,
-        _eye_like_rows(ctx, reflectors, rank, work),
-        reflectors,
-        ctx.cast(input2, work),
-        rank,
-        k,
-        k_static,
-    )
+    q = _q_from_packed(ctx, self, input2, rank, work)
     if transpose:
         q = ctx.op.Transpose(q, perm=_swap_last(rank))
     other = ctx.cast(input3, work)
