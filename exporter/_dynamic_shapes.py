@@ -14,6 +14,16 @@ from torch.utils import _pytree as pytree
 from exporter._errors import InvalidExportArgumentsError
 
 
+def user_input_nodes(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    """The placeholders of the user's inputs (not parameters, buffers or constants), in order."""
+    placeholders = (n for n in program.graph.nodes if n.op == "placeholder")
+    return [
+        node
+        for node, spec in zip(placeholders, program.graph_signature.input_specs)
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+
+
 def narrowed_dims(program: torch.export.ExportedProgram) -> list[str]:
     """User-input dims that stay symbolic but whose range torch.export narrowed to one size.
 
@@ -23,15 +33,7 @@ def narrowed_dims(program: torch.export.ExportedProgram) -> list[str]:
     """
     ranges = {str(sym): vr for sym, vr in program.range_constraints.items()}
     found = []
-    user_inputs = [
-        (spec.arg.name, node)
-        for node, spec in zip(
-            (n for n in program.graph.nodes if n.op == "placeholder"),
-            program.graph_signature.input_specs,
-        )
-        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-    ]
-    for name, node in user_inputs:
+    for node in user_input_nodes(program):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
@@ -40,7 +42,7 @@ def narrowed_dims(program: torch.export.ExportedProgram) -> list[str]:
                 continue
             vr = ranges.get(str(size.node.expr))
             if vr is not None and vr.is_singleton():
-                found.append(f"{name} dim {axis} (size {int(vr.lower)})")
+                found.append(f"{node.name} dim {axis} (size {int(vr.lower)})")
     return found
 
 
@@ -55,14 +57,7 @@ class AxisNames:
 
     def symbol_renames(self, program: torch.export.ExportedProgram) -> dict[str, str]:
         """torch symbol (``s17``) -> user axis name, from the program's user input metadata."""
-        user_inputs = [
-            node
-            for node, spec in zip(
-                (n for n in program.graph.nodes if n.op == "placeholder"),
-                program.graph_signature.input_specs,
-            )
-            if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-        ]
+        user_inputs = user_input_nodes(program)
         renames: dict[str, str] = {}
         for leaf_index, axes in self.by_leaf.items():
             if leaf_index >= len(user_inputs):

@@ -482,14 +482,9 @@ def _symbol_ranges(
     """ONNX dim name -> (min, max) from torch.export's range constraints."""
     if program is None:
         return {}
-    from torch.export import graph_signature as gs
+    from exporter._dynamic_shapes import user_input_nodes
 
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    user = [
-        n
-        for n, s in zip(placeholders, program.graph_signature.input_specs)
-        if s.kind == gs.InputKind.USER_INPUT and isinstance(n.meta.get("val"), torch.Tensor)
-    ]
+    user = [n for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.Tensor)]
     if len(user) != len(inputs):
         return {}
     ranges = {}

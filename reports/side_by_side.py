@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from reports.rows import CaseResult
@@ -17,7 +18,7 @@ class Comparison:
     exporters: list[str]
     cases: dict[str, dict[str, CaseResult]]
 
-    @property
+    @functools.cached_property
     def judged(self) -> dict[str, dict[str, CaseResult]]:
         """Shared cases that no exporter skipped: a skip (eager rejects the sample, nothing to
         make dynamic) judges neither exporter, as in the per-axis pass rates."""
