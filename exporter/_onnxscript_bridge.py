@@ -56,11 +56,7 @@ class _RecordingEvaluator:
                 inputs[index] = value
             else:
                 attributes[key] = value
-        n_out = 1
-        if schema is not None:
-            n_out = len(schema.outputs)
-            if schema.outputs and schema.outputs[-1].option.name == "Variadic":
-                n_out = max(1, n_out)
+        n_out = _output_count(schema, op.name, inputs, attributes)
         ir_inputs = [self._input(x, op.name) for x in inputs]
         if domain not in ("", "ai.onnx"):
             self.ctx.scope.use_domain(domain, version or 1)
@@ -76,6 +72,56 @@ class _RecordingEvaluator:
 
     def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         return call_onnx_function(self.ctx, self.translator, function, args, kwargs)
+
+
+def _output_count(schema: Any, op_name: str, inputs: list[Any], attributes: dict) -> int:
+    """How many outputs a call makes: the schema's count, with a variadic tail sized by the call.
+
+    A variadic output (Split's pieces, Loop's and Scan's results) has one entry in the schema
+    but as many values as the call asks for, and user code indexes them (``op.Split(...)[i]``).
+    """
+    if schema is None:
+        return 1
+    fixed = len(schema.outputs)
+    if not schema.outputs or schema.outputs[-1].option.name != "Variadic":
+        return fixed
+    fixed -= 1
+    if attributes.get("num_outputs") is not None:
+        return fixed + int(attributes["num_outputs"])
+    if op_name == "Split" and len(inputs) > 1 and inputs[1] is not None:
+        return fixed + _static_length(inputs[1], op_name)
+    body = attributes.get("body")
+    if body is not None and op_name in ("Loop", "Scan"):
+        graph_outputs = len(body.outputs) if isinstance(body, ir.Graph) else len(body.output)
+        # Loop's body also returns the continue condition, which is no output of the node.
+        return graph_outputs - 1 if op_name == "Loop" else graph_outputs
+    raise TypeError(
+        f"onnxscript call op.{op_name}(...) has a variadic output whose count this call does "
+        f"not fix: pass num_outputs=N (or, for Split, a constant split sizes input)."
+    )
+
+
+def _static_length(value: Any, op_name: str) -> int:
+    """The length of a 1-D sizes input given as a Python list, a tensor or a constant value."""
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    if isinstance(value, torch.Tensor):
+        return int(value.numel())
+    if isinstance(value, ir.Value):
+        if value.const_value is not None:
+            return int(value.const_value.size)
+        producer = value.producer()
+        if producer is not None and producer.op_type == "Constant":
+            (attribute,) = producer.attributes.values()
+            constant = attribute.value
+            return len(constant) if isinstance(constant, Sequence) else int(constant.size)
+        shape = value.shape
+        if shape is not None and len(shape) == 1 and isinstance(shape[0], int):
+            return shape[0]
+    raise TypeError(
+        f"onnxscript call op.{op_name}(...): the number of pieces is not known at export time "
+        f"(split sizes of unknown length); pass num_outputs=N."
+    )
 
 
 def call_onnx_function(

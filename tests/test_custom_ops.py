@@ -120,3 +120,56 @@ def test_custom_translation_overrides_builtin():
         custom_translation_table={torch.ops.aten.sigmoid.default: sigmoid_override},
     )
     assert [n.op_type for n in program.model.graph] == ["HardSigmoid"]
+
+
+@torch.library.custom_op("customtest::halves_swapped", mutates_args=())
+def halves_swapped(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([b, a], dim=-1)
+
+
+@halves_swapped.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class SwapsHalves(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.customtest.halves_swapped(x) * 2.0
+
+
+def split_by_count(x):
+    # Variadic outputs sized by the num_outputs attribute, indexed like a list.
+    pieces = op.Split(x, axis=-1, num_outputs=2)
+    return op.Concat(pieces[1], pieces[0], axis=-1)
+
+
+def split_by_sizes(x):
+    # Variadic outputs sized by the length of the split input.
+    first, second = op.Split(x, op.Constant(value_ints=[2, 2]), axis=-1)
+    return op.Concat(second, first, axis=-1)
+
+
+@pytest.mark.parametrize("translation", [split_by_count, split_by_sizes])
+def test_onnxscript_variadic_outputs_follow_the_call(translation):
+    x = torch.rand(3, 4)
+    program = exporter.export(
+        SwapsHalves(),
+        (x,),
+        custom_translation_table={torch.ops.customtest.halves_swapped.default: translation},
+    )
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    (got,) = program(x)
+    torch.testing.assert_close(got, torch.cat([x[:, 2:], x[:, :2]], dim=-1) * 2.0)
+
+
+def test_onnxscript_variadic_output_without_a_count_is_a_clear_error():
+    def split_unsized(x):
+        return op.Split(x, axis=-1)[0]
+
+    with pytest.raises(Exception, match="num_outputs"):
+        exporter.export(
+            SwapsHalves(),
+            (torch.rand(3, 4),),
+            custom_translation_table={torch.ops.customtest.halves_swapped.default: split_unsized},
+        )
