@@ -1,10 +1,15 @@
 """Emit the GitHub Actions matrix for .github/workflows/conformance.yml.
 
-The workflow's `plan` job runs this and feeds its JSON to `strategy.matrix`, so the opsets, shard
-counts and GPU runner labels live here and nowhere else. Run it by hand to see the plan:
+The workflow's `plan` job runs this and feeds its JSON to `strategy.matrix`, so the opsets and
+shard counts live here and nowhere else. GPU entries are planned only for the self-hosted runner
+labels a repository names in its `CONFORMANCE_GPU_RUNNERS` variable (comma- or space-separated,
+e.g. `gpu-a100, gpu-h100`): a fork or an adopter without GPU runners plans CPU entries only, so no
+job waits for a runner that does not exist. Run it by hand to see the plan:
 
-    python .ci/conformance_matrix.py            # every entry, cpu and cuda
-    python .ci/conformance_matrix.py --no-gpu   # cpu entries only (pull requests from forks)
+    python .ci/conformance_matrix.py                                 # cpu entries only
+    python .ci/conformance_matrix.py --gpu-runners "gpu-a100 gpu-h100"  # plus cuda entries
+    CONFORMANCE_GPU_RUNNERS=gpu-a100 python .ci/conformance_matrix.py
+    python .ci/conformance_matrix.py --no-gpu                        # never cuda (fork pull requests)
 """
 
 from __future__ import annotations
@@ -12,21 +17,35 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 OPSETS = (17, 18, 20, 23)
 CPU_SHARDS = 4
 GPU_SHARDS = 2
 CPU_RUNNER = "ubuntu-latest"
-# One self-hosted runner label per GPU kind: add a line here to add a GPU to the matrix.
-# Shards are numbered from 0, as `--shard i/N` expects (0 <= i < N).
-GPU_RUNNER_LABELS = (
-    "gpu-a100",
-    "gpu-h100",
-)
+GPU_RUNNERS_VARIABLE = "CONFORMANCE_GPU_RUNNERS"
+# A runner label as GitHub accepts it; anything else in the variable is a typo worth stopping on.
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def plan(*, include_gpu: bool) -> list[dict]:
+def gpu_runner_labels(text: str | None) -> tuple[str, ...]:
+    """The GPU runner labels named in ``text`` (comma- or space-separated), in order, once each."""
+    labels: list[str] = []
+    for label in re.split(r"[\s,]+", text or ""):
+        if not label:
+            continue
+        if not _LABEL.match(label):
+            raise ValueError(
+                f"{GPU_RUNNERS_VARIABLE}: {label!r} is not a runner label (letters, digits, "
+                "'.', '_' and '-'); name your self-hosted GPU runners' labels, e.g. 'gpu-a100'."
+            )
+        if label not in labels:
+            labels.append(label)
+    return tuple(labels)
+
+
+def plan(*, gpu_labels: tuple[str, ...] = ()) -> list[dict]:
     entries = []
     for opset in OPSETS:
         for shard in range(CPU_SHARDS):
@@ -40,9 +59,7 @@ def plan(*, include_gpu: bool) -> list[dict]:
                     "shards": CPU_SHARDS,
                 }
             )
-        if not include_gpu:
-            continue
-        for label in GPU_RUNNER_LABELS:
+        for label in gpu_labels:
             for shard in range(GPU_SHARDS):
                 entries.append(
                     {
@@ -60,12 +77,21 @@ def plan(*, include_gpu: bool) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
+        "--gpu-runners",
+        default=os.environ.get(GPU_RUNNERS_VARIABLE, ""),
+        help=f"self-hosted GPU runner labels (default: ${GPU_RUNNERS_VARIABLE}, else none)",
+    )
+    parser.add_argument(
         "--no-gpu",
         action="store_true",
         help="leave out the self-hosted cuda entries (untrusted code must not reach them)",
     )
     args = parser.parse_args(argv)
-    matrix = json.dumps({"include": plan(include_gpu=not args.no_gpu)})
+    try:
+        labels = () if args.no_gpu else gpu_runner_labels(args.gpu_runners)
+    except ValueError as error:
+        parser.error(str(error))
+    matrix = json.dumps({"include": plan(gpu_labels=labels)})
     output = os.environ.get("GITHUB_OUTPUT")
     if output:
         with open(output, "a", encoding="utf-8") as stream:

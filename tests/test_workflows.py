@@ -7,6 +7,7 @@ vendor.github-workflows`) and `zizmor --offline` skips the audits that would cal
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -74,8 +75,11 @@ def planner():
     return _load_matrix_planner()
 
 
+GPU_LABELS = ("gpu-a100", "gpu-h100")
+
+
 def test_matrix_covers_every_opset_provider_and_shard(planner):
-    entries = planner.plan(include_gpu=True)
+    entries = planner.plan(gpu_labels=GPU_LABELS)
     cells = {(e["opset"], e["provider"], e["gpu"], e["shard"], e["shards"]) for e in entries}
     assert len(cells) == len(entries), "two matrix entries would run the same shard"
 
@@ -84,7 +88,7 @@ def test_matrix_covers_every_opset_provider_and_shard(planner):
         expected |= {
             (opset, "cpu", "none", i, planner.CPU_SHARDS) for i in range(planner.CPU_SHARDS)
         }
-        for label in planner.GPU_RUNNER_LABELS:
+        for label in GPU_LABELS:
             expected |= {
                 (opset, "cuda", label, i, planner.GPU_SHARDS) for i in range(planner.GPU_SHARDS)
             }
@@ -92,31 +96,65 @@ def test_matrix_covers_every_opset_provider_and_shard(planner):
 
 
 def test_cpu_entries_use_hosted_runners_and_cuda_entries_their_gpu_label(planner):
-    for entry in planner.plan(include_gpu=True):
+    for entry in planner.plan(gpu_labels=GPU_LABELS):
         if entry["provider"] == "cpu":
             assert entry["runs-on"] == ["ubuntu-latest"]
         else:
             assert entry["runs-on"][0] == "self-hosted"
             assert entry["runs-on"][-1] == entry["gpu"]
-            assert entry["gpu"] in planner.GPU_RUNNER_LABELS
+            assert entry["gpu"] in GPU_LABELS
 
 
-def test_fork_pull_requests_get_no_gpu_entries(planner):
-    entries = planner.plan(include_gpu=False)
-    assert entries
-    assert {entry["provider"] for entry in entries} == {"cpu"}
-
-
-def test_planner_writes_the_matrix_to_github_output(tmp_path):
+def _run_planner(tmp_path, *argv, variable=None):
     output = tmp_path / "github_output"
+    env = {"GITHUB_OUTPUT": str(output), "PATH": ""}
+    if variable is not None:
+        env["CONFORMANCE_GPU_RUNNERS"] = variable
     completed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / ".ci" / "conformance_matrix.py"), "--no-gpu"],
-        env={"GITHUB_OUTPUT": str(output), "PATH": ""},
+        [sys.executable, str(REPO_ROOT / ".ci" / "conformance_matrix.py"), *argv],
+        env=env,
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    return completed, output
+
+
+def _providers(completed) -> set[str]:
+    return {entry["provider"] for entry in json.loads(completed.stdout)["include"]}
+
+
+@pytest.mark.parametrize("variable", [None, "", " , "])
+def test_no_gpu_job_is_planned_without_the_repository_variable(tmp_path, variable):
+    completed, output = _run_planner(tmp_path, variable=variable)
+    assert completed.returncode == 0, completed.stderr
+    assert _providers(completed) == {"cpu"}
     written = output.read_text(encoding="utf-8")
-    assert written.startswith("matrix={")
     assert written.strip() == f"matrix={completed.stdout.strip()}"
     assert '"provider": "cuda"' not in written
+
+
+def test_the_repository_variable_names_the_gpu_runners(tmp_path):
+    completed, _ = _run_planner(tmp_path, variable="gpu-a100, gpu-h100 gpu-a100")
+    assert completed.returncode == 0, completed.stderr
+    gpus = [e["gpu"] for e in json.loads(completed.stdout)["include"] if e["provider"] == "cuda"]
+    assert sorted(set(gpus)) == ["gpu-a100", "gpu-h100"]
+    assert len(gpus) == 2 * len(_load_matrix_planner().OPSETS) * 2
+
+
+def test_fork_pull_requests_get_no_gpu_entries_even_with_the_variable(tmp_path):
+    completed, _ = _run_planner(tmp_path, "--no-gpu", variable="gpu-a100")
+    assert completed.returncode == 0, completed.stderr
+    assert _providers(completed) == {"cpu"}
+
+
+def test_a_malformed_runner_label_is_refused_by_name(tmp_path):
+    completed, _ = _run_planner(tmp_path, variable="gpu-a100; rm -rf /")
+    assert completed.returncode == 2
+    assert "';'" in completed.stderr or "is not a runner label" in completed.stderr
+
+
+def test_the_workflow_passes_the_repository_variable_to_the_planner():
+    text = (WORKFLOWS_DIR / "conformance.yml").read_text(encoding="utf-8")
+    assert "vars.CONFORMANCE_GPU_RUNNERS" in text
+    assert "GPU_RUNNER_LABELS" not in text
