@@ -1,0 +1,145 @@
+"""ONNX Runtime latency of the graphs we export against torch.onnx's, side by side in one process.
+
+    python bench/ort_latency.py [--opset 23] [--runs 20] [--tier default] [--models a,b,...]
+
+For each model of the zoo tier (transformers and torchvision families; synthetic cases are left
+out unless named), export with ours and with ``torch.onnx.export(dynamo=True)`` at the same
+opset, then time both graphs on the same inputs with onnxruntime's CPU provider, one intra-op
+thread, at ORT_ENABLE_ALL and again at ORT_ENABLE_BASIC. Runs are interleaved (ours, theirs,
+ours, ...) so machine load falls on both alike. Prints per model: median milliseconds, the ratio
+ours / torch.onnx (below 1.0: ours runs faster), node counts, and the median ratio per level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+
+import exporter  # noqa: E402
+import model_zoo  # noqa: E402
+
+LEVELS = {
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+}
+BENCH_FAMILIES = ("transformers-", "torchvision-")
+
+
+def _session(model_bytes: bytes, level) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = level
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(session: ort.InferenceSession, args, kwargs) -> dict[str, np.ndarray]:
+    """Session inputs from the model's example inputs (flattened tensors, in order)."""
+    tensors = [
+        leaf
+        for leaf in torch.utils._pytree.tree_leaves((args, kwargs))
+        if isinstance(leaf, torch.Tensor)
+    ]
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(tensors):
+        raise RuntimeError(f"graph takes {len(names)} inputs, the example has {len(tensors)}")
+    return {name: t.detach().cpu().numpy() for name, t in zip(names, tensors)}
+
+
+def _time(session, feeds) -> float:
+    start = time.perf_counter()
+    session.run(None, feeds)
+    return time.perf_counter() - start
+
+
+def _exports(case, opset: int):
+    module, args, kwargs = case.build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = exporter.export(module, args, kwargs=kwargs, opset_version=opset)
+        theirs = torch.onnx.export(
+            module, args, kwargs=kwargs, dynamo=True, opset_version=opset, verbose=False
+        )
+    return args, kwargs, ours.model_proto, theirs.model_proto
+
+
+def bench_case(case, opset: int, runs: int) -> dict:
+    args, kwargs, ours, theirs = _exports(case, opset)
+    row = {"nodes": (len(ours.graph.node), len(theirs.graph.node))}
+    for level_name, level in LEVELS.items():
+        sessions = [_session(proto.SerializeToString(), level) for proto in (ours, theirs)]
+        feeds = [_feeds(s, args, kwargs) for s in sessions]
+        for session, feed in zip(sessions, feeds):  # warm-up: allocations, kernel selection
+            for _ in range(3):
+                session.run(None, feed)
+        times = ([], [])
+        for _ in range(runs):
+            for side in (0, 1):
+                times[side].append(_time(sessions[side], feeds[side]))
+        row[level_name] = tuple(statistics.median(t) for t in times)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--opset", type=int, default=23)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--tier", default="default", choices=model_zoo.TIERS)
+    parser.add_argument("--models", default="", help="comma-separated zoo case names")
+    options = parser.parse_args()
+    if options.models:
+        cases = [model_zoo.get(name) for name in options.models.split(",")]
+    else:
+        cases = [
+            case for case in model_zoo.cases(options.tier) if case.family.startswith(BENCH_FAMILIES)
+        ]
+    print(
+        f"torch {torch.__version__}, onnxruntime {ort.__version__}, opset {options.opset}, "
+        f"1 intra-op thread, {options.runs} interleaved runs, median ms; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'model':32s} {'ours':>8s} {'theirs':>8s} {'ratio':>6s} "
+        f"{'ours':>8s} {'theirs':>8s} {'ratio':>6s}  nodes ours/theirs"
+    )
+    print(f"{'':32s} {'--- ORT_ENABLE_ALL ---':>24s} {'--- ORT_ENABLE_BASIC ---':>24s}")
+    ratios = {name: [] for name in LEVELS}
+    for case in cases:
+        try:
+            row = bench_case(case, options.opset, options.runs)
+        except Exception as error:  # one model failing must not hide the others' figures
+            print(f"{case.name:32s} skipped: {type(error).__name__}: {str(error)[:120]}")
+            continue
+        cells = []
+        for name in LEVELS:
+            mine, other = row[name]
+            ratios[name].append(mine / other)
+            cells.append(f"{mine * 1e3:8.2f} {other * 1e3:8.2f} {mine / other:6.2f}")
+        print(f"{case.name:32s} {' '.join(cells)}  {row['nodes'][0]}/{row['nodes'][1]}", flush=True)
+    for name, values in ratios.items():
+        if values:
+            print(
+                f"median ratio ours/torch.onnx at ORT_ENABLE_{name.upper()}: "
+                f"{statistics.median(values):.2f} over {len(values)} models "
+                f"(worst {max(values):.2f})"
+            )
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
