@@ -475,3 +475,58 @@ def test_save_renames_into_place_with_data_beside_the_model(tmp_path, linear_pro
     x = torch.rand(2, 64)
     (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_resume_repairs_a_torn_line_and_skips_invalid_rows_by_file_and_line(tmp_path):
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    planted = ("-n", "0", "--planted", "pass", "--planted", "wrong", "--shapes", "static")
+    first = _conformance(results, reports, *planted)
+    assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]
+    (rows_file,) = results.glob("*.jsonl")
+    kept = [line for line in rows_file.read_bytes().splitlines() if b"planted.wrong" in line]
+    # The pass row is lost to garbage: invalid lines, then a torn last line.
+    rows_file.write_bytes(b"\n".join([*kept, b"null", b"42", b"\xff\xfe", b'{"id": "op::t']))
+    second = _conformance(results, reports, *planted, "--resume")
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "INTERNALERROR" not in second.stdout + second.stderr
+    assert f"--resume: {rows_file}:5: dropped a torn last line" in second.stderr
+    assert f"skipped {rows_file}:2: not a JSON object but NoneType" in second.stderr
+    assert f"skipped {rows_file}:4: not UTF-8" in second.stderr
+    assert " 1 passed, " in second.stdout, second.stdout[-1500:]
+    found = scan_rows([results])
+    assert {row.id: row.status for row in found.rows} == {
+        _case("pass"): "pass",
+        _case("wrong"): "fail",
+    }
+    assert found.completeness() is None
+
+
+def _model_case(fault: str) -> str:
+    return f"model::planted/{fault}::f32::static::opset20::cpu::ours::opt"
+
+
+@pytest.mark.slow
+def test_planted_model_faults_each_cost_one_row_and_the_run_goes_on(tmp_path):
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    faults = ("pass", "segfault", "sigkill", "huge_alloc")
+    proc = _conformance(
+        results,
+        reports,
+        *("-n", "0", "--model-cases", str(ROOT / "conformance" / "planted.py")),
+        *("--shapes", "static", "--case-memory", "4G", "conformance/test_models.py"),
+        *(arg for fault in faults for arg in ("--models", f"planted/{fault}")),
+        timeout=600,
+    )
+    found = scan_rows([results])
+    outcome = {row.id: (row.status, row.stage) for row in found.rows}
+    assert outcome == {
+        _model_case("pass"): ("pass", None),
+        _model_case("segfault"): ("crash", "export"),
+        _model_case("sigkill"): ("crash", "export"),
+        _model_case("huge_alloc"): ("fail", "export"),
+    }, proc.stdout[-3000:]
+    rows = {row.id: row for row in found.rows}
+    assert "SIGSEGV" in rows[_model_case("segfault")].error
+    assert "SIGKILL" in rows[_model_case("sigkill")].error
+    assert "MemoryError" in rows[_model_case("huge_alloc")].error_signature
+    assert proc.returncode == 1 and found.completeness() is None
