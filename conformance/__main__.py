@@ -141,6 +141,7 @@ def run(args: list[str]) -> int:
             return 4
         env[limits.MEMORY_ENV] = case_memory
     if any(arg in INFORMATION_OPTIONS for arg in args):
+        env[runs.READ_ONLY_ENV] = "1"
         command = build_pytest_command(args, None)
         print("+ " + " ".join(command), flush=True)
         return subprocess.call(command, env=env)

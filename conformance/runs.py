@@ -37,6 +37,11 @@ from reports.rows import (
 )
 
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+#: Set for sessions that only list or describe (``--collect-only``, ``--fixtures``...): even
+#: the OpInfo sample cache is then computed in memory, never saved.
+READ_ONLY_ENV = "CONFORMANCE_READ_ONLY"
+#: pytest options (``config.option`` names) of sessions that never run a case.
+READ_ONLY_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "setupplan")
 #: Exit code of ``conformance run`` when another run holds the results folder.
 REFUSED_EXIT_CODE = 7
 
@@ -123,6 +128,8 @@ def configure(config: pytest.Config, results: Path, resume: bool) -> None:
     from conformance.limits import die_with_parent
 
     current_run_id()
+    if any(getattr(config.option, name, False) for name in READ_ONLY_OPTIONS):
+        os.environ[READ_ONLY_ENV] = "1"
     if hasattr(config, "workerinput"):
         die_with_parent()
     config.pluginmanager.register(RunRecorder(results, resume), "conformance-runs")

@@ -274,6 +274,14 @@ def test_a_collection_error_exit_2_touches_no_file(earlier_run, tmp_path):
     assert _snapshot(tmp_path) == before
 
 
+def test_collecting_real_op_cases_writes_not_even_the_sample_cache(tmp_path):
+    results = tmp_path / "results"
+    proc = _conformance(results, tmp_path / "reports", "--collect-only", "-n", "0", "--ops", "abs")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "op::abs::s000::f32::static::opset20::cpu::ours" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_fresh_run_into_a_missing_folder_that_runs_nothing_leaves_no_folder(tmp_path):
     proc = _conformance(tmp_path / "results", tmp_path / "reports", "-n", "0", "-k", "nothing")
     assert proc.returncode == 5
