@@ -257,7 +257,8 @@ def repro(args: list[str]) -> int:
         case = (parse_model_id if model else parse_case_id)(options.case_id)
     except ValueError as exc:
         parser.error(str(exc))
-    scratch = options.results / ".scratch" / "repro" / "current"
+    # A folder of this command's own: a run or another repro may be using the results folder.
+    scratch = options.results / ".scratch" / f"repro-{os.getpid()}" / "current"
     shutil.rmtree(scratch, ignore_errors=True)
     if options.in_process:
         if model:
@@ -292,6 +293,9 @@ def repro(args: list[str]) -> int:
     relative = keep_repro(
         scratch, options.results, case.id, status=status, stage=stage, error=error
     )
+    shutil.rmtree(scratch.parent, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        scratch.parent.parent.rmdir()  # .scratch, when nothing else is in it
     if relative is None:
         print("no repro directory: the case stopped before it had inputs")
     else:

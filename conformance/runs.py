@@ -3,7 +3,7 @@
 Every run has a run id (``20261124T001500123456-4242``: start time, then pid, so ids sort by
 age). It writes only under names carrying that id: rows ``RESULTS/<id>.<worker>.jsonl``,
 scratch ``RESULTS/.scratch/<id>/``, in-flight markers ``RESULTS/.inflight/<id>/``, and its
-manifest ``RESULTS/.runs/<id>.json``, written once the run has collected at least one case to
+manifest ``RESULTS/runs/<id>.json``, written once the run has collected at least one case to
 run (so ``--collect-only``, a usage error or an empty selection write none). The manifest
 records the collected case ids, which is how a report knows it is incomplete.
 

@@ -118,6 +118,18 @@ def test_a_report_with_missing_rows_says_incomplete_everywhere(tmp_path, capsys)
     assert 'name="op::c"' in junit and "<error" in junit and "op::a" not in junit
 
 
+def test_shards_built_together_count_every_shards_cases(tmp_path):
+    for shard, cases in (("a", ["op::a1", "op::a2"]), ("b", ["op::b1", "op::b2"])):
+        results = tmp_path / shard
+        run_id = f"2026010{len(shard)}T000000000000-{shard}"
+        runs.write_manifest(results, run_id, resume=False, cases=cases)
+        for case_id in cases if shard == "a" else cases[:1]:
+            append_row(results / f"{run_id}.gw0.jsonl", _row(case_id))
+    found = scan_rows([tmp_path / "a", tmp_path / "b"])
+    assert found.missing == ["op::b2"]
+    assert found.completeness() == "incomplete: 3 of 4 cases have results"
+
+
 def test_only_the_newest_fresh_run_and_its_resumes_count(tmp_path):
     results = tmp_path / "results"
     old, fresh, resumed = (f"2026010{n}T000000000000-1" for n in (1, 2, 3))
@@ -356,6 +368,8 @@ def _start_and_kill(tmp_path: Path, workers: str, victim: str):
         os.kill(parent.pid, signal.SIGKILL)
     elif victim == "controller":
         os.kill(controller, signal.SIGKILL)
+    elif victim == "terminate":
+        os.kill(parent.pid, signal.SIGTERM)
     else:
         for pid in (parent.pid, *tree):
             os.kill(pid, signal.SIGKILL)
@@ -381,8 +395,10 @@ def test_a_killed_run_leaves_no_orphan_and_resume_loses_nothing(tmp_path, victim
     _resume_completes(results, reports)
 
 
-def test_a_killed_controller_gives_an_incomplete_report_and_exit_code(tmp_path):
-    results, reports, parent, tree = _start_and_kill(tmp_path, "1", "controller")
+@pytest.mark.parametrize("victim", ["controller", "terminate"])
+def test_a_killed_controller_gives_an_incomplete_report_and_exit_code(tmp_path, victim):
+    """SIGKILL on pytest, or SIGTERM on the run (passed on to pytest's process group)."""
+    results, reports, parent, tree = _start_and_kill(tmp_path, "1", victim)
     assert parent.returncode == INCOMPLETE_EXIT_CODE
     assert not _wait_gone(tree)
     summary = (reports / "summary.md").read_text()
