@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -202,7 +203,12 @@ def _call_as_group(command: list[str], env: dict[str, str]) -> int:
     same way), and SIGINT, SIGTERM or SIGHUP here are passed to the whole group."""
     from conformance.limits import die_with_parent
 
-    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=die_with_parent)
+    process = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),
+    )
 
     def forward(number, frame) -> None:
         with contextlib.suppress(ProcessLookupError):

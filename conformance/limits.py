@@ -68,18 +68,19 @@ def case_memory_limit(environ=None) -> int | None:
     return max(int(ram * DEFAULT_RAM_FRACTION / workers), MIN_DEFAULT_BYTES)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so a killed harness leaves no
-    orphan; a parent already gone by now means this process exits at once."""
+    orphan. ``parent`` is the pid the caller expects as its parent (default: the current one);
+    when that parent is already gone, this process exits at once."""
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if parent == 1 or os.getppid() != parent:
+    if os.getppid() != parent:
         os._exit(1)
 
 

@@ -295,7 +295,9 @@ def test_collecting_real_op_cases_writes_not_even_the_sample_cache(tmp_path):
 
 
 def test_a_fresh_run_into_a_missing_folder_that_runs_nothing_leaves_no_folder(tmp_path):
-    proc = _conformance(tmp_path / "results", tmp_path / "reports", "-n", "0", "-k", "nothing")
+    proc = _conformance(
+        tmp_path / "results", tmp_path / "reports", "-n", "0", "--planted", "pass", "-k", "nothing"
+    )
     assert proc.returncode == 5
     assert list(tmp_path.iterdir()) == []
 
@@ -388,6 +390,7 @@ def _resume_completes(results: Path, reports: Path) -> None:
     assert "incomplete" not in summary and "**6 cases**" in summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["parent", "tree"])
 def test_a_killed_run_leaves_no_orphan_and_resume_loses_nothing(tmp_path, victim):
     results, reports, _, tree = _start_and_kill(tmp_path, "1", victim)
@@ -395,6 +398,7 @@ def test_a_killed_run_leaves_no_orphan_and_resume_loses_nothing(tmp_path, victim
     _resume_completes(results, reports)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["controller", "terminate"])
 def test_a_killed_controller_gives_an_incomplete_report_and_exit_code(tmp_path, victim):
     """SIGKILL on pytest, or SIGTERM on the run (passed on to pytest's process group)."""
@@ -501,6 +505,7 @@ def test_save_renames_into_place_with_data_beside_the_model(tmp_path, linear_pro
     torch.testing.assert_close(torch.from_numpy(got), model(x).detach(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_repairs_a_torn_line_and_skips_invalid_rows_by_file_and_line(tmp_path):
     results, reports = tmp_path / "results", tmp_path / "reports"
     planted = ("-n", "0", "--planted", "pass", "--planted", "wrong", "--shapes", "static")
