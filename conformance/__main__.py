@@ -105,6 +105,9 @@ INFORMATION_OPTIONS = (
     "-V",
     "--setup-plan",
 )
+#: pytest options that need its cache plugin (which otherwise stays off).
+CACHE_OPTIONS = ("--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first")
+CACHE_OPTIONS += ("--sw", "--stepwise", "--sw-skip", "--cache-show", "--cache-clear")
 #: pytest exit codes that mean no case ran: interrupted, usage error, nothing collected.
 NOTHING_RAN_CODES = (2, 4, 5)
 
@@ -117,6 +120,9 @@ def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
         a.startswith("-n") and a[2:].isdigit() for a in args
     ):
         command += ["-n", str(os.cpu_count() or 1), "--dist", "load"]
+    if not _has_flag(args, *CACHE_OPTIONS) and "no:cacheprovider" not in args:
+        # pytest's cache would be written into the checkout, outside RESULTS and the reports.
+        command += ["-p", "no:cacheprovider"]
     if not _has_flag(args, "--max-worker-restart"):
         # A worker that dies costs its case (recorded as crash), never the run.
         command += ["--max-worker-restart", "1000"]

@@ -559,3 +559,11 @@ def test_planted_model_faults_each_cost_one_row_and_the_run_goes_on(tmp_path):
     assert "SIGKILL" in rows[_model_case("sigkill")].error
     assert "MemoryError" in rows[_model_case("huge_alloc")].error_signature
     assert proc.returncode == 1 and found.completeness() is None
+
+
+def test_the_run_keeps_pytests_cache_out_of_the_checkout_unless_asked_for():
+    from conformance.__main__ import build_pytest_command
+
+    plain = build_pytest_command(["--planted", "pass"], None)
+    assert plain[plain.index("no:cacheprovider") - 1] == "-p"
+    assert "no:cacheprovider" not in build_pytest_command(["--lf"], None)
