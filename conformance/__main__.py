@@ -184,6 +184,8 @@ def run(args: list[str]) -> int:
             return pytest_code
         if junit_xml.exists():
             shutil.move(junit_xml, results / "junit.xml")
+        else:  # pytest was killed before writing it: an earlier run's file would misreport
+            (results / "junit.xml").unlink(missing_ok=True)
         runs.remove_run_leftovers(results, run_id)
         if not resume:
             runs.remove_superseded(results)

@@ -402,8 +402,11 @@ def test_a_killed_run_leaves_no_orphan_and_resume_loses_nothing(tmp_path, victim
 @pytest.mark.parametrize("victim", ["controller", "terminate"])
 def test_a_killed_controller_gives_an_incomplete_report_and_exit_code(tmp_path, victim):
     """SIGKILL on pytest, or SIGTERM on the run (passed on to pytest's process group)."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "junit.xml").write_text("<testsuites/>")  # an earlier run's
     results, reports, parent, tree = _start_and_kill(tmp_path, "1", victim)
     assert parent.returncode == INCOMPLETE_EXIT_CODE
+    assert not (results / "junit.xml").exists()
     assert not _wait_gone(tree)
     summary = (reports / "summary.md").read_text()
     done = len(scan_rows([results]).rows)
