@@ -3,9 +3,16 @@
 ``python -m conformance run [pytest args]``
     Runs ``pytest conformance`` on all cores (xdist, ``--dist load``), then builds the reports
     from the result rows with ``python -m reports build RESULTS --out reports/latest``, and exits
-    with pytest's exit code. A run starts from empty result rows unless ``--resume`` is given.
-    Every pytest option passes through, e.g. ``--exporter ours --exporter torch-dynamo``,
-    ``--opset 18``, ``--ops 'nn.functional.*'``, ``--shard 0/4``, ``-n 4``.
+    with pytest's exit code, or 6 when some collected cases have no row (pytest or the run was
+    killed: the reports say "incomplete: N of M cases have results"), or 7 when another run
+    holds RESULTS. A run starts afresh unless ``--resume`` is given: once it has run cases,
+    what earlier runs wrote in RESULTS is deleted (files the harness did not write stay; see
+    ``conformance/runs.py``). ``--help``, ``--collect-only``, ``--fixtures``, ``--markers`` and
+    runs that end before any case ran (pytest exit code 2, 4 or 5) write nothing.
+    ``--case-memory SIZE`` sets each case process's memory ceiling (``6G``, ``0.25`` of RAM,
+    ``none``; see ``conformance/limits.py``). Every pytest option passes through, e.g.
+    ``--exporter ours --exporter torch-dynamo``, ``--opset 18``, ``--ops 'nn.functional.*'``,
+    ``--shard 0/4``, ``-n 4``.
 
 ``python -m conformance repro CASE_ID [--results DIR]``
     Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
@@ -15,12 +22,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from reports.rows import INCOMPLETE_EXIT_CODE
 
 DEFAULT_REPORTS_OUT = Path("reports/latest")
 
@@ -68,16 +81,6 @@ def _has_flag(args: list[str], *names: str) -> bool:
     return any(arg in names or any(arg.startswith(n + "=") for n in names) for arg in args)
 
 
-def clear_rows(results: Path) -> None:
-    """Start a fresh run: drop the rows and repros of the last one (the sample cache stays)."""
-    if not results.is_dir():
-        return
-    for rows in results.glob("*.jsonl"):
-        rows.unlink()
-    for folder in ("repros", ".scratch", ".inflight"):
-        shutil.rmtree(results / folder, ignore_errors=True)
-
-
 def _is_test_path(arg: str) -> bool:
     """A positional pytest argument naming tests (not the value of an option like --results)."""
     if arg.startswith("-"):
@@ -88,7 +91,28 @@ def _is_test_path(arg: str) -> bool:
     return path.is_dir() and (any(path.glob("test_*.py")) or (path / "conftest.py").exists())
 
 
-def build_pytest_command(args: list[str], results: Path) -> list[str]:
+#: pytest options that only print something: the run passes them through and writes nothing.
+INFORMATION_OPTIONS = (
+    "-h",
+    "--help",
+    "--collect-only",
+    "--co",
+    "--fixtures",
+    "--funcargs",
+    "--fixtures-per-test",
+    "--markers",
+    "--version",
+    "-V",
+    "--setup-plan",
+)
+#: pytest options that need its cache plugin (which otherwise stays off).
+CACHE_OPTIONS = ("--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first")
+CACHE_OPTIONS += ("--sw", "--stepwise", "--sw-skip", "--cache-show", "--cache-clear")
+#: pytest exit codes that mean no case ran: interrupted, usage error, nothing collected.
+NOTHING_RAN_CODES = (2, 4, 5)
+
+
+def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
     command = [sys.executable, "-m", "pytest"]
     if not any(_is_test_path(a) for a in args):
         command.append(str(Path(__file__).resolve().parent))
@@ -96,40 +120,122 @@ def build_pytest_command(args: list[str], results: Path) -> list[str]:
         a.startswith("-n") and a[2:].isdigit() for a in args
     ):
         command += ["-n", str(os.cpu_count() or 1), "--dist", "load"]
+    if not _has_flag(args, *CACHE_OPTIONS) and "no:cacheprovider" not in args:
+        # pytest's cache would be written into the checkout, outside RESULTS and the reports.
+        command += ["-p", "no:cacheprovider"]
     if not _has_flag(args, "--max-worker-restart"):
         # A worker that dies costs its case (recorded as crash), never the run.
         command += ["--max-worker-restart", "1000"]
-    if not _has_flag(args, "--junitxml", "--junit-xml"):
-        command += [f"--junitxml={results / 'junit.xml'}", "-o", "junit_family=xunit1"]
+    if junit_xml is not None and not _has_flag(args, "--junitxml", "--junit-xml"):
+        command += [f"--junitxml={junit_xml}", "-o", "junit_family=xunit1"]
     return command + args
 
 
 def run(args: list[str]) -> int:
+    """Run the cases, then build the reports; see the module doc for what it writes when."""
+    from conformance import limits, runs
+    from reports.rows import folder_files, repair_torn_tails
+
     args = list(args)
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
+    case_memory = _pop_option(args, "--case-memory")
+    env = dict(os.environ)
+    if case_memory is not None:
+        try:
+            limits.parse_memory(case_memory)
+        except ValueError as error:
+            print(f"--case-memory: {error}", file=sys.stderr)
+            return 4
+        env[limits.MEMORY_ENV] = case_memory
+    if any(arg in INFORMATION_OPTIONS for arg in args):
+        env[runs.READ_ONLY_ENV] = "1"
+        command = build_pytest_command(args, None)
+        print("+ " + " ".join(command), flush=True)
+        return subprocess.call(command, env=env)
+
     results = Path(_option_value(args, "--results") or "results")
-    if "--resume" not in args:
-        clear_rows(results)
-    command = build_pytest_command(args, results)
-    print("+ " + " ".join(command), flush=True)
-    pytest_code = subprocess.call(command)
-    report_command = [
-        sys.executable,
-        "-m",
-        "reports",
-        "build",
-        str(results),
-        "--out",
-        str(reports_out),
-    ]
+    resume = "--resume" in args
+    run_id = runs.new_run_id()
+    env[runs.RUN_ID_ENV] = run_id
+    lock = runs.ResultsLock(results)
+    try:
+        lock.acquire()
+    except runs.RunRefused as refused:
+        print(f"refused: {refused}", file=sys.stderr)
+        return runs.REFUSED_EXIT_CODE
+    cases_ran = False
+    # pytest writes its JUnit file even when nothing ran: it goes to a private temporary
+    # folder and moves into RESULTS only when cases ran.
+    staging = Path(tempfile.mkdtemp(prefix="conformance-junit-"))
+    try:
+        if resume and results.is_dir():
+            for repaired in repair_torn_tails(folder_files(results)[0]):
+                print(f"--resume: {repaired}", file=sys.stderr)
+        junit_xml = staging / "junit.xml"
+        command = build_pytest_command(args, junit_xml)
+        print("+ " + " ".join(command), flush=True)
+        pytest_code = _call_as_group(command, env)
+        cases_ran = runs.manifest_path(results, run_id).exists() and (
+            pytest_code not in NOTHING_RAN_CODES or runs.rows_written(results, run_id)
+        )
+        if not cases_ran:
+            runs.manifest_path(results, run_id).unlink(missing_ok=True)
+            print("no case ran: the results and reports were left as they were", file=sys.stderr)
+            return pytest_code
+        if junit_xml.exists():
+            shutil.move(junit_xml, results / "junit.xml")
+        else:  # pytest was killed before writing it: an earlier run's file would misreport
+            (results / "junit.xml").unlink(missing_ok=True)
+        runs.remove_run_leftovers(results, run_id)
+        if not resume:
+            runs.remove_superseded(results)
+    finally:
+        lock.release(remove_created=not cases_ran)
+        shutil.rmtree(staging, ignore_errors=True)
+    report_command = [sys.executable, "-m", "reports", "build", str(results)]
+    report_command += ["--out", str(reports_out)]
     print("+ " + " ".join(report_command), flush=True)
-    if not results.exists():
-        print(f"no results directory {results}: no case ran, no report built", file=sys.stderr)
-        return pytest_code
     report_code = subprocess.call(report_command)
+    if report_code == INCOMPLETE_EXIT_CODE:
+        return INCOMPLETE_EXIT_CODE
     if report_code != 0:
         print(f"building the reports failed (exit code {report_code})", file=sys.stderr)
+    if pytest_code < 0:
+        return 128 - pytest_code  # killed by a signal, as a shell would say it
     return pytest_code if pytest_code != 0 else report_code
+
+
+def _call_as_group(command: list[str], env: dict[str, str]) -> int:
+    """Run pytest in a process group of its own that dies with this process: SIGKILL here
+    takes the controller down (``PR_SET_PDEATHSIG``; its workers and case children follow the
+    same way), and SIGINT, SIGTERM or SIGHUP here are passed to the whole group."""
+    from conformance.limits import die_with_parent
+
+    process = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),
+    )
+
+    def forward(number, frame) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, number)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, forward) for number in handled}
+    try:
+        while True:
+            try:
+                return process.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        # Whatever is left of the group (a worker that ignored the signal) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- repro
@@ -165,7 +271,8 @@ def repro(args: list[str]) -> int:
         case = (parse_model_id if model else parse_case_id)(options.case_id)
     except ValueError as exc:
         parser.error(str(exc))
-    scratch = options.results / ".scratch" / "repro" / "current"
+    # A folder of this command's own: a run or another repro may be using the results folder.
+    scratch = options.results / ".scratch" / f"repro-{os.getpid()}" / "current"
     shutil.rmtree(scratch, ignore_errors=True)
     if options.in_process:
         if model:
@@ -200,6 +307,9 @@ def repro(args: list[str]) -> int:
     relative = keep_repro(
         scratch, options.results, case.id, status=status, stage=stage, error=error
     )
+    shutil.rmtree(scratch.parent, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        scratch.parent.parent.rmdir()  # .scratch, when nothing else is in it
     if relative is None:
         print("no repro directory: the case stopped before it had inputs")
     else:

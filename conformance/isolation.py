@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from conformance.limits import apply_case_limits
+
 #: How long a fresh child may take to import torch and get ready (not counted in a case's time).
 STARTUP_TIMEOUT_S = 300.0
 #: Fresh child after this many cases, to bound memory that torch and onnxruntime never return.
@@ -163,6 +165,7 @@ def signal_name(number: int) -> str:
 
 def child_main(conn) -> None:
     """Child loop: receive case ids, run them, send stage announcements and the outcome."""
+    apply_case_limits()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import warnings
 

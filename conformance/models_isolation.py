@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 
 from conformance.isolation import ChildResult, signal_name, start_process, stop_process
+from conformance.limits import apply_case_limits, die_with_parent
 
 #: How long the zygote may take to report a killed case process before it is killed too.
 REAP_TIMEOUT_S = 30.0
@@ -124,6 +125,7 @@ def _death_note(status: int) -> str:
 
 def zygote_main(conn) -> None:
     """Import everything a model case needs, then fork one process per case."""
+    apply_case_limits()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import warnings
 
@@ -186,6 +188,7 @@ def _case_process(conn, case_id: str, scratch: Path) -> None:
     inherited belongs to the zygote)."""
     code = 0
     try:
+        die_with_parent()  # a fork does not inherit the zygote's death signal
         conn.send(("pid", os.getpid()))
         from conformance.models_runner import run_model_case
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conformance import expectations as expectations_mod
-from conformance import models_cases
+from conformance import models_cases, runs
 from conformance.models_cases import ModelCaseId, is_model_id, parse_model_id
 
 DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
@@ -213,7 +213,7 @@ class ModelsPlugin:
             return None
         shared = get_options(report.node.config)
         worker = report.node.gateway.id
-        inflight = shared.results / ".inflight" / f"{worker}.json"
+        inflight = runs.inflight_path(shared.results, worker)
         stage = "export"
         try:
             data = json.loads(inflight.read_text())
@@ -233,7 +233,7 @@ class ModelsPlugin:
         row.status, row.stage, row.error = verdict.status, outcome["stage"], detail
         row.error_signature = outcome["error_signature"]
         row.expectation = verdict.entry.reason if verdict.entry else None
-        append_row(shared.results / f"{worker}.jsonl", row)
+        append_row(runs.rows_path(shared.results, worker), row)
         if verdict.item == "xfail":
             report.outcome = "skipped"
             report.wasxfail = verdict.message

@@ -28,6 +28,7 @@ import pytest
 
 from conformance import expectations as expectations_mod
 from conformance import planted as planted_cases
+from conformance import runs
 from conformance.cases import (
     DTYPES,
     EXPORTERS,
@@ -211,6 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     from conformance import models_plugin
 
+    runs.configure(config, options.results, options.resume)
     models_plugin.configure(config)
 
 
@@ -349,9 +351,9 @@ class CaseRuntime:
 
         self.options = options
         self.worker = worker_id()
-        self.rows_path = options.results / f"{self.worker}.jsonl"
-        self.scratch = options.results / ".scratch" / self.worker / "current"
-        self.inflight = options.results / ".inflight" / f"{self.worker}.json"
+        self.rows_path = runs.rows_path(options.results, self.worker)
+        self.scratch = runs.scratch_dir(options.results, self.worker)
+        self.inflight = runs.inflight_path(options.results, self.worker)
         self.child = CaseChild()
         self.versions = versions()
         self._expectations: dict[str, list] = {}
@@ -567,7 +569,7 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     if case_id is None or not case_id.startswith("op::"):
         return None
     worker = report.node.gateway.id
-    inflight = options.results / ".inflight" / f"{worker}.json"
+    inflight = runs.inflight_path(options.results, worker)
     stage, facts = "export", None
     try:
         data = json.loads(inflight.read_text())
@@ -603,7 +605,7 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
         versions=versions(),
         extra={"sample": facts, "worker": worker},
     )
-    append_row(options.results / f"{worker}.jsonl", row)
+    append_row(runs.rows_path(options.results, worker), row)
     if verdict.item == "xfail":
         report.outcome = "skipped"
         report.wasxfail = verdict.message

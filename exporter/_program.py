@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -117,30 +118,49 @@ class ONNXProgram:
             raise FileNotFoundError(
                 f"cannot save to {destination}: folder {destination.parent} does not exist"
             )
+        data_path = destination.with_name(destination.name + ".data")
+        for path in (destination, data_path):
+            if path.is_symlink():
+                raise FileExistsError(
+                    f"cannot save to {destination}: {path} is a symbolic link (to "
+                    f"{os.readlink(path)}) and save never writes through one; remove the link "
+                    "or save under another name"
+                )
         total = _initializer_bytes(self.model)
         if external_data is None:
             external_data = total > LARGE_MODEL_BYTES
-        with self._io_view(include_initializers, keep_initializers_as_inputs):
-            big = [
-                v
-                for v in self.model.graph.initializers.values()
-                if v.const_value is not None and v.const_value.nbytes >= EXTERNAL_DATA_THRESHOLD
-            ]
-            if external_data and big:
-                data_name = destination.name + ".data"
-                ir.save(
-                    self.model,
-                    destination,
-                    external_data=data_name,
-                    size_threshold_bytes=EXTERNAL_DATA_THRESHOLD,
-                )
-            else:
-                if total > LARGE_MODEL_BYTES and include_initializers:
-                    raise ValueError(
-                        f"the model's weights take {total / 2**30:.1f} GiB, over protobuf's "
-                        f"2 GiB limit; save with external_data=True"
+        # Written in a private folder beside the target, then renamed into place: a rename
+        # replaces a link planted meanwhile instead of following it, and a failed save leaves
+        # no half-written model. The data file keeps its final name, which the model refers to
+        # by a bare file name, so it stays inside the model's folder.
+        staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+        try:
+            staged = staging / destination.name
+            with self._io_view(include_initializers, keep_initializers_as_inputs):
+                big = [
+                    v
+                    for v in self.model.graph.initializers.values()
+                    if v.const_value is not None and v.const_value.nbytes >= EXTERNAL_DATA_THRESHOLD
+                ]
+                if external_data and big:
+                    ir.save(
+                        self.model,
+                        staged,
+                        external_data=data_path.name,
+                        size_threshold_bytes=EXTERNAL_DATA_THRESHOLD,
                     )
-                ir.save(self.model, destination)
+                else:
+                    if total > LARGE_MODEL_BYTES and include_initializers:
+                        raise ValueError(
+                            f"the model's weights take {total / 2**30:.1f} GiB, over protobuf's "
+                            f"2 GiB limit; save with external_data=True"
+                        )
+                    ir.save(self.model, staged)
+            if (staging / data_path.name).exists():
+                os.replace(staging / data_path.name, data_path)
+            os.replace(staged, destination)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     @contextlib.contextmanager
     def _io_view(

@@ -35,9 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     from reports.build import build_from_paths
+    from reports.rows import INCOMPLETE_EXIT_CODE
     from reports.tally import is_pass
 
-    rows, written = build_from_paths(args.results, args.out, charts=not args.no_charts)
+    found, written = build_from_paths(args.results, args.out, charts=not args.no_charts)
+    rows = found.rows
     if not rows:
         print(
             "warning: no result rows found in "
@@ -48,6 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     passed = sum(1 for row in rows if is_pass(row))
     print(f"{len(rows)} cases, {passed} passed; wrote {len(written)} files to {args.out}")
     print(f"summary: {args.out / 'summary.md'}")
+    completeness = found.completeness()
+    if completeness:
+        print(
+            f"{completeness}: {len(found.missing)} collected cases never finished", file=sys.stderr
+        )
+        return INCOMPLETE_EXIT_CODE
     return 0
 
 

@@ -8,39 +8,46 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
-from reports.junit import junit_documents, to_bytes
+from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
-from reports.rows import CaseResult, read_rows
+from reports.rows import CaseResult, RowsRead, report_invalid, scan_rows
 from reports.summary_md import summary_markdown
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def render_markdown(rows: Sequence[CaseResult]) -> dict[str, str]:
+def render_markdown(rows: Sequence[CaseResult], completeness: str | None = None) -> dict[str, str]:
     """The markdown reports, keyed by file name. Pure: no disk, no matplotlib."""
     return {
-        "summary.md": summary_markdown(rows),
+        "summary.md": summary_markdown(rows, completeness),
         "ops.md": ops_markdown(rows),
         "models.md": models_markdown(rows),
     }
 
 
 def build_reports(
-    rows: Sequence[CaseResult], out_dir: str | os.PathLike, *, charts: bool = True
+    rows: Sequence[CaseResult],
+    out_dir: str | os.PathLike,
+    *,
+    charts: bool = True,
+    missing: Sequence[str] = (),
+    completeness: str | None = None,
 ) -> list[Path]:
     """Write summary.md, ops.md, models.md, JUnit XML and charts into ``out_dir``.
 
-    Returns the written paths. Appends summary.md to ``$GITHUB_STEP_SUMMARY`` when it is set.
+    ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
+    make an incomplete run read as one. Returns the written paths. Appends summary.md to
+    ``$GITHUB_STEP_SUMMARY`` when it is set.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_outputs(out)
     written = []
-    markdown = render_markdown(rows)
+    markdown = render_markdown(rows, completeness)
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
-    for relative, element in junit_documents(rows).items():
+    for relative, element in junit_documents(rows, missing).items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(to_bytes(element))
@@ -54,10 +61,19 @@ def build_reports(
 
 def build_from_paths(
     results: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, charts: bool = True
-) -> tuple[list[CaseResult], list[Path]]:
-    """Read rows from JSONL files or directories and build every report from them."""
-    rows = read_rows(results)
-    return rows, build_reports(rows, out_dir, charts=charts)
+) -> tuple[RowsRead, list[Path]]:
+    """Read rows from JSONL files or directories and build every report from them; each line
+    that is not a valid row is named on stderr and left out."""
+    found = scan_rows(results)
+    report_invalid(found.invalid)
+    written = build_reports(
+        found.rows,
+        out_dir,
+        charts=charts,
+        missing=found.missing,
+        completeness=found.completeness(),
+    )
+    return found, written
 
 
 def step_summary_text(summary: str) -> str:
@@ -94,5 +110,6 @@ def _remove_stale_outputs(out: Path) -> None:
         for stale in (out / "junit" / folder).glob("*.xml"):
             stale.unlink()
         (out / "junit" / f"{folder}.xml").unlink(missing_ok=True)
+    (out / INCOMPLETE_FILE).unlink(missing_ok=True)
     for chart in (OPS_CHART, MODELS_CHART):
         (out / chart).unlink(missing_ok=True)

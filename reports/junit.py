@@ -158,13 +158,31 @@ def _counts(cases: Sequence[ET.Element]) -> dict[str, str]:
     }
 
 
-def junit_documents(rows: Sequence[CaseResult]) -> dict[str, ET.Element]:
+INCOMPLETE_FILE = "junit/incomplete.xml"
+
+
+def junit_documents(
+    rows: Sequence[CaseResult], missing: Sequence[str] = ()
+) -> dict[str, ET.Element]:
     """Every JUnit file the rows call for, keyed by path relative to the report dir.
 
     ``junit/ops/<op>.xml`` and ``junit/models/<model>.xml`` hold one ``<testsuite>`` each;
     ``junit/ops.xml`` and ``junit/models.xml`` hold all suites of their kind.
+    ``junit/incomplete.xml`` has an erroring case per collected case without a row, so CI
+    never reads a run that stopped half-way as green.
     """
     documents: dict[str, ET.Element] = {}
+    if missing:
+        cases = []
+        for case_id in missing:
+            case = ET.Element("testcase", {"classname": "incomplete", "name": xml_text(case_id)})
+            ET.SubElement(
+                case, "error", {"message": "no result: the run stopped before this case finished"}
+            )
+            cases.append(case)
+        suite = ET.Element("testsuite", {"name": "incomplete", **_counts(cases)})
+        suite.extend(cases)
+        documents[INCOMPLETE_FILE] = suite
     for kind, folder in (("op", "ops"), ("model", "models")):
         by_subject = group_by((row for row in rows if row.kind == kind), lambda r: r.subject)
         if not by_subject:

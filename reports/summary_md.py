@@ -27,14 +27,20 @@ MAX_DIFFERING_CASES = 50
 MAX_SIGNATURES = 15
 
 
-def summary_markdown(rows: Sequence[CaseResult]) -> str:
+def summary_markdown(rows: Sequence[CaseResult], completeness: str | None = None) -> str:
+    """``completeness`` (``incomplete: N of M cases have results``) heads the report when the
+    run stopped before every collected case had a row: the rates below cover only N."""
+    warning = f"**{completeness}**: the run stopped early; the numbers below cover only them."
+    incomplete = [warning] if completeness else []
     if not rows:
         return document(
             heading(1, "Conformance summary"),
+            *incomplete,
             "No result rows were found, so there is nothing to report.",
         )
     return document(
         heading(1, "Conformance summary"),
+        *incomplete,
         headline(rows),
         links(rows),
         heading(2, "Pass rate by exporter"),

@@ -1,0 +1,235 @@
+"""Which files a conformance run owns, and the lock that keeps two runs out of one folder.
+
+Every run has a run id (``20261124T001500123456-4242``: start time, then pid, so ids sort by
+age). It writes only under names carrying that id: rows ``RESULTS/<id>.<worker>.jsonl``,
+scratch ``RESULTS/.scratch/<id>/``, in-flight markers ``RESULTS/.inflight/<id>/``, and its
+manifest ``RESULTS/runs/<id>.json``, written once the run has collected at least one case to
+run (so ``--collect-only``, a usage error or an empty selection write none). The manifest
+records the collected case ids, which is how a report knows it is incomplete.
+
+Reading a folder takes the newest fresh run and the ``--resume`` runs after it
+(``reports.rows.run_lineage``); a fresh run that has run cases deletes what the runs before it
+wrote (``remove_superseded``), and nothing else: files the harness did not write stay.
+
+``python -m conformance run`` holds a ``flock`` on ``RESULTS`` for its whole run; a second run
+into the same folder is refused at once, naming the holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reports.rows import (
+    RUNS_DIR,
+    read_manifests,
+    rows_file_name,
+    run_lineage,
+    scan_rows,
+)
+
+RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+#: Set for sessions that only list or describe (``--collect-only``, ``--fixtures``...): even
+#: the OpInfo sample cache is then computed in memory, never saved.
+READ_ONLY_ENV = "CONFORMANCE_READ_ONLY"
+#: pytest options (``config.option`` names) of sessions that never run a case.
+READ_ONLY_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "setupplan")
+#: Exit code of ``conformance run`` when another run holds the results folder.
+REFUSED_EXIT_CODE = 7
+
+
+def new_run_id() -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S%f}-{os.getpid()}"
+
+
+def current_run_id() -> str:
+    """This run's id; the first process to ask (the controller) makes one and hands it on to
+    the xdist workers it starts through the environment."""
+    run_id = os.environ.get(RUN_ID_ENV)
+    if not run_id:
+        run_id = os.environ[RUN_ID_ENV] = new_run_id()
+    return run_id
+
+
+def rows_path(results: Path, worker: str) -> Path:
+    return results / rows_file_name(current_run_id(), worker)
+
+
+def scratch_dir(results: Path, worker: str) -> Path:
+    return results / ".scratch" / current_run_id() / worker / "current"
+
+
+def inflight_path(results: Path, worker: str) -> Path:
+    return results / ".inflight" / current_run_id() / f"{worker}.json"
+
+
+def manifest_path(results: Path, run_id: str) -> Path:
+    return results / RUNS_DIR / f"{run_id}.json"
+
+
+def write_manifest(results: Path, run_id: str, *, resume: bool, cases: list[str]) -> Path:
+    """Record that run ``run_id`` is running ``cases``; atomic (temporary file, rename)."""
+    path = manifest_path(results, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "run_id": run_id,
+        "resume": resume,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "pid": os.getpid(),
+        "cases": cases,
+    }
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(manifest), encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+
+
+# --------------------------------------------------------------------------- pytest side
+
+
+class RunRecorder:
+    """pytest plugin: records the collected cases in the run's manifest when cases are about
+    to run (not for ``--collect-only`` or ``--fixtures``, whose sessions never reach the test
+    loop). One process writes it: the first xdist worker, or the only process."""
+
+    def __init__(self, results: Path, resume: bool):
+        self.results = results
+        self.resume = resume
+        self.collected: list[str] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_collection_modifyitems(self, session, config, items) -> Iterator[None]:
+        from conformance.plugin import case_id_of
+
+        # Before --resume deselects the finished cases: the manifest lists the whole run.
+        self.collected = [case_id for case_id in map(case_id_of, items) if case_id]
+        yield
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session) -> None:
+        if session.config.option.collectonly or not session.items or not self.collected:
+            return
+        if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+            return
+        write_manifest(self.results, current_run_id(), resume=self.resume, cases=self.collected)
+
+
+def configure(config: pytest.Config, results: Path, resume: bool) -> None:
+    """Called from the plugin's ``pytest_configure``, in the controller and every worker."""
+    from conformance.limits import die_with_parent
+
+    current_run_id()
+    if any(getattr(config.option, name, False) for name in READ_ONLY_OPTIONS):
+        os.environ[READ_ONLY_ENV] = "1"
+    if hasattr(config, "workerinput"):
+        die_with_parent()
+    config.pluginmanager.register(RunRecorder(results, resume), "conformance-runs")
+
+
+# --------------------------------------------------------------------------- the run command
+
+
+def rows_written(results: Path, run_id: str) -> bool:
+    return any(results.glob(rows_file_name(run_id, "*")))
+
+
+def remove_superseded(results: Path) -> list[Path]:
+    """Delete what earlier runs wrote that the current results no longer use: their rows,
+    scratch, in-flight markers, manifests, and the repro folders only their rows name."""
+    manifests = read_manifests(results)
+    current = {manifest["run_id"] for manifest in run_lineage(manifests)}
+    superseded = [m["run_id"] for m in manifests if m["run_id"] not in current]
+    if not superseded:
+        return []
+    kept_repros = {row.repro_dir for row in scan_rows([results]).rows if row.repro_dir}
+    repros = (results / "repros").resolve()
+    removed: list[Path] = []
+    for run_id in superseded:
+        files = sorted(results.glob(rows_file_name(run_id, "*")))
+        for row in scan_rows(files).rows:
+            if not row.repro_dir or row.repro_dir in kept_repros:
+                continue
+            folder = (results / row.repro_dir).resolve()
+            # A row's repro path is data: only a folder inside RESULTS/repros is ours to delete.
+            if folder.parent == repros and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
+                removed.append(folder)
+        for path in files:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        for own in (results / ".scratch" / run_id, results / ".inflight" / run_id):
+            if own.is_dir():
+                shutil.rmtree(own)
+                removed.append(own)
+        manifest_path(results, run_id).unlink(missing_ok=True)
+    return removed
+
+
+def remove_run_leftovers(results: Path, run_id: str) -> None:
+    """A finished run's scratch and in-flight markers (its rows and manifest stay)."""
+    for folder in (".scratch", ".inflight"):
+        shutil.rmtree(results / folder / run_id, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (results / folder).rmdir()  # only when no other run has files there
+
+
+class RunRefused(Exception):
+    pass
+
+
+class ResultsLock:
+    """``flock`` on the results folder itself for one run: no lock file, so a run that ends
+    before any case ran leaves the folder exactly as it found it. A refused run names the
+    holder from ``/proc/locks`` (Linux); a folder this lock had to create is removed again by
+    ``release(remove_created=True)`` while it is still empty."""
+
+    def __init__(self, results: Path):
+        self.results = results
+        self._fd: int | None = None
+        self._created = False
+
+    def acquire(self) -> None:
+        if not self.results.exists():
+            self.results.mkdir(parents=True)
+            self._created = True
+        fd = os.open(self.results, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(os.fstat(fd).st_ino)
+            os.close(fd)
+            raise RunRefused(
+                f"{self.results} is in use by another conformance run ({holder}); wait for it "
+                "to finish or give this run another --results folder"
+            ) from None
+        self._fd = fd
+
+    def release(self, *, remove_created: bool) -> None:
+        if self._fd is None:
+            return
+        if remove_created and self._created:
+            with contextlib.suppress(OSError):
+                self.results.rmdir()  # only while still empty
+        os.close(self._fd)
+        self._fd = None
+
+
+def _lock_holder(inode: int) -> str:
+    """``pid N: <command line>`` of the process holding a flock on ``inode``."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
+                pid = fields[4]
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                return f"pid {pid}: {command.decode(errors='replace').strip()}"
+    return "holder unknown"
