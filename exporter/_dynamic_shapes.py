@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.export import Dim
+from torch.export.dynamic_shapes import _DimHint, _DimHintType
 from torch.utils import _pytree as pytree
 
 from exporter._errors import InvalidExportArgumentsError
@@ -69,8 +70,17 @@ class AxisNames:
                 if axis >= val.dim():
                     continue
                 size = val.shape[axis]
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    renames.setdefault(str(size.node.expr), name)
+                if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol):
+                    continue
+                chosen = renames.setdefault(str(size.node.expr), name)
+                if chosen != name:
+                    # torch.onnx warns alike: torch.export found the two dims equal
+                    warnings.warn(
+                        f"The axis name {name!r} will not be used, since it shares the same "
+                        f"shape constraints with another axis: {chosen!r}.",
+                        UserWarning,
+                        stacklevel=4,
+                    )
         return renames
 
 
@@ -100,6 +110,18 @@ def normalize(
         return None, names
     leaves = pytree.tree_leaves((args, kwargs))
     leaf_ids = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
+    named_sizes: dict[str, tuple[int, str]] = {}
+
+    def name_axis(value: torch.Tensor, axis: int, name: str, path: str) -> None:
+        size = int(value.shape[axis])
+        first = named_sizes.setdefault(name, (size, f"dynamic_shapes{path} axis {axis}"))
+        if first[0] != size:
+            raise InvalidExportArgumentsError(
+                f"axis name {name!r} is given to dims whose example sizes differ: {first[1]} "
+                f"(size {first[0]}) and dynamic_shapes{path} axis {axis} (size {size}). One "
+                f"name declares one size in the ONNX graph; give these dims different names."
+            )
+        names.add(leaf_ids[id(value)], axis, name)
 
     def convert(spec: Any, value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):
@@ -129,7 +151,7 @@ def normalize(
                     )
                 axis = axis % value.dim()
                 if isinstance(s, str):
-                    names.add(leaf_ids[id(value)], axis, s)
+                    name_axis(value, axis, s, path)
                     out[axis] = Dim.DYNAMIC
                 elif s is None:
                     continue
@@ -160,10 +182,15 @@ def normalize(
                 convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
             )
         if spec is not None and not (isinstance(spec, dict) and not spec):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return _int_spec(spec, value, path)
+            if isinstance(spec, _DimHint) and spec.type == _DimHintType.STATIC:
+                return None
             if isinstance(value, (int, float, bool, str)) or value is None:
                 raise InvalidExportArgumentsError(
                     f"dynamic_shapes{path} gives {spec!r} for a non-tensor input "
-                    f"({type(value).__name__}); use None there"
+                    f"({type(value).__name__}); use None there (torch.export can make only "
+                    f"int inputs dynamic; pass a 0-d tensor for a value that changes)"
                 )
         return spec
 
@@ -195,6 +222,26 @@ def normalize(
     )
 
 
+def _int_spec(spec: Any, value: int, path: str) -> Any:
+    """An int input's spec: Dim.DYNAMIC/AUTO make it a scalar graph input, Dim.STATIC bakes it."""
+    if isinstance(spec, str):
+        return Dim.DYNAMIC  # an axis name has no axis to name on a scalar: it just means dynamic
+    if isinstance(spec, _DimHint):
+        return None if spec.type == _DimHintType.STATIC else spec
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec != value:
+            raise InvalidExportArgumentsError(
+                f"dynamic_shapes{path} fixes the int input to {spec} but its example value is "
+                f"{value}"
+            )
+        return None
+    raise InvalidExportArgumentsError(
+        f"dynamic_shapes{path} gives {spec!r} for an int input ({value}); torch.export makes an "
+        f"int input dynamic only with Dim.DYNAMIC or Dim.AUTO (a named Dim has no axis here), "
+        f"or static with Dim.STATIC or None"
+    )
+
+
 def _bind(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     forward = model.forward if isinstance(model, torch.nn.Module) else model
     try:
@@ -215,6 +262,36 @@ def _bind(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     return result
 
 
+def flat_inputs(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(default name, value) of every flattened input, in torch.export's order.
+
+    The default name is the one torch.export gives the input's placeholder (and so the ONNX
+    graph input): the parameter name, with the keys of nested containers appended (``pair_0``,
+    ``d_k``).
+    """
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    params = list(inspect.signature(forward).parameters.values())
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    var_args = next((p.name for p in params if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
+    out = []
+    for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]:
+        keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", k))) for k in path]
+        if keys[0] == 0:
+            index = keys[1]
+            if index < len(positional):
+                parts = [positional[index], *keys[2:]]
+            else:
+                parts = [var_args, index - len(positional), *keys[2:]]
+        else:
+            parts = keys[1:]
+        out.append(("_".join(str(p) for p in parts), leaf))
+    return out
+
+
 def from_dynamic_axes(
     model: Any,
     args: tuple[Any, ...],
@@ -223,32 +300,69 @@ def from_dynamic_axes(
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
 ) -> Any:
-    """Legacy ``dynamic_axes`` ({input name: {axis: name} or [axes]}) -> tree-form dynamic_shapes."""
+    """Legacy ``dynamic_axes`` ({input name: {axis: name} or [axes]}) -> tree-form dynamic_shapes.
+
+    The keys name FLATTENED inputs as ``input_names`` does (nested tuples, lists and dicts
+    flattened, in torch.onnx's order), or by the default graph input names (``x``, ``pair_0``);
+    output names are accepted and left to the graph, whose output shapes follow the inputs'.
+    """
     warnings.warn(
         "dynamic_axes is deprecated; pass dynamic_shapes in the tree form of the inputs, e.g. "
         "dynamic_shapes=({0: 'batch'},). It was converted for you.",
         DeprecationWarning,
         stacklevel=3,
     )
-    params = _bind(model, args, kwargs)
+    flat = flat_inputs(model, args, kwargs)
     names = list(input_names or [])
-    spec: dict[str, Any] = {}
-    used = set()
-    for i, (param, value) in enumerate(params.items()):
-        key = names[i] if i < len(names) else param
-        axes = dynamic_axes.get(key, dynamic_axes.get(param))
-        if axes is None or not isinstance(value, torch.Tensor):
-            spec[param] = None
+    graph_inputs = [i for i, (_, leaf) in enumerate(flat) if isinstance(leaf, torch.Tensor)]
+    # one name per flattened input (baked scalars included) or, as torch.onnx, per graph input
+    named = range(len(flat)) if len(names) == len(flat) else graph_inputs
+    by_name = {default: i for i, (default, _) in enumerate(flat)}
+    by_name.update({name: i for name, i in zip(names, named)})
+    spec_by_leaf: dict[int, dict[int, str]] = {}
+    unknown = []
+    for key, axes in dynamic_axes.items():
+        index = by_name.get(key)
+        if index is None:
+            if key not in (output_names or ()):
+                unknown.append(key)
             continue
-        used.add(key if key in dynamic_axes else param)
-        if isinstance(axes, dict):
-            spec[param] = {int(a): str(n) for a, n in axes.items()}
+        leaf = flat[index][1]
+        if not isinstance(leaf, torch.Tensor):
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] names a {type(leaf).__name__} input, which has no axes; "
+                f"use dynamic_shapes with Dim.DYNAMIC to make an int input dynamic"
+            )
+        if isinstance(axes, dict) and all(isinstance(a, int) for a in axes):
+            spec = {a: str(n) for a, n in axes.items()}
+        elif isinstance(axes, (list, tuple)) and all(isinstance(a, int) for a in axes):
+            spec = {a: f"{key}_dim_{a % max(leaf.dim(), 1)}" for a in axes}
         else:
-            spec[param] = {int(a): f"{key}_dim_{a}" for a in axes}
-    unknown = set(dynamic_axes) - used - set(output_names or [])
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] must be a dict {{axis: name}} or a list of axes (ints), "
+                f"got {axes!r}"
+            )
+        bad = [a for a in spec if not -leaf.dim() <= a < leaf.dim()]
+        if bad:
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] names axes {bad} but that input has shape "
+                f"{tuple(leaf.shape)}"
+            )
+        spec_by_leaf[index] = spec
     if unknown:
+        shown = {i: flat[i][0] for i in graph_inputs}
+        shown.update({i: name for name, i in zip(names, named) if i in shown})
         raise InvalidExportArgumentsError(
-            f"dynamic_axes names {sorted(unknown)}, which are neither input names "
-            f"({names or list(params)}) nor output names"
+            f"dynamic_axes names {sorted(unknown)}, which name no input or output; the inputs "
+            f"are {list(shown.values())} (input_names, or the default names, of the flattened "
+            f"inputs in order) and the outputs {list(output_names or [])} (output_names)"
         )
-    return spec
+    spec_by_id: dict[int, Any] = {}
+    for index, spec in spec_by_leaf.items():
+        spec_by_id.setdefault(id(flat[index][1]), spec)
+    return {
+        param: pytree.tree_map(lambda leaf: spec_by_id.get(id(leaf)), value)
+        if not isinstance(value, torch.Tensor)
+        else spec_by_id.get(id(value))
+        for param, value in _bind(model, args, kwargs).items()
+    }
