@@ -257,6 +257,12 @@ def _save_to(
 ) -> None:
     if isinstance(f, io.BytesIO):
         _validate.check_bytesio_size(program.model, f)
+        warnings.warn(
+            "Saving the model into an io.BytesIO is deprecated, as in torch.onnx: pass a file "
+            "path (a model over 2 GiB cannot be held in one buffer).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         f.write(program.model_proto.SerializeToString())
         return
     program.save(

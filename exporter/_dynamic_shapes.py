@@ -306,10 +306,12 @@ def from_dynamic_axes(
     flattened, in torch.onnx's order), or by the default graph input names (``x``, ``pair_0``);
     output names are accepted and left to the graph, whose output shapes follow the inputs'.
     """
+    # a UserWarning as torch.onnx gives, so filters written for torch.onnx's warning match it
     warnings.warn(
-        "dynamic_axes is deprecated; pass dynamic_shapes in the tree form of the inputs, e.g. "
-        "dynamic_shapes=({0: 'batch'},). It was converted for you.",
-        DeprecationWarning,
+        "'dynamic_axes' is not recommended when dynamo=True (it is deprecated): pass "
+        "dynamic_shapes in the tree form of the inputs, e.g. dynamic_shapes=({0: 'batch'},). "
+        "It was converted for you.",
+        UserWarning,
         stacklevel=3,
     )
     flat = flat_inputs(model, args, kwargs)

@@ -397,9 +397,11 @@ def _all_values(graph: Any) -> list[Any]:
 
 
 def check_outputs(model: Any, program: torch.export.ExportedProgram) -> None:
-    """A graph without outputs computes nothing: say what forward() returned instead."""
-    if len(model.graph.outputs):
-        return
+    """A graph without outputs computes nothing: say what forward() returned instead.
+
+    Returned None and Python numbers get no graph output, which shifts the positions of the
+    outputs after them: a warning names them, as torch.onnx's log does.
+    """
     from torch.export import graph_signature as gs
 
     returned = [
@@ -407,6 +409,22 @@ def check_outputs(model: Any, program: torch.export.ExportedProgram) -> None:
         for spec in program.graph_signature.output_specs
         if spec.kind == gs.OutputKind.USER_OUTPUT
     ]
+    if len(model.graph.outputs):
+        dropped = [
+            f"output {i} ({value!r})"
+            for i, value in enumerate(returned)
+            if not isinstance(value, gs.TensorArgument | gs.SymIntArgument | gs.SymFloatArgument)
+            and not isinstance(value, gs.SymBoolArgument)
+        ]
+        if dropped:
+            warnings.warn(
+                f"forward() returns {', '.join(dropped)}, which ONNX cannot hold: the graph has "
+                f"no output for them, so its outputs are the other {len(model.graph.outputs)} "
+                f"in order",
+                UserWarning,
+                stacklevel=4,
+            )
+        return
     what = "nothing" if not returned or returned == [None] else f"only constants {returned!r}"
     raise InvalidExportArgumentsError(
         f"forward() returned {what}, so the ONNX model would have no outputs; return the "

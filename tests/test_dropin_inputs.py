@@ -215,3 +215,48 @@ def test_named_dim_on_an_int_input_says_what_to_use():
 def test_renamed_axis_sharing_constraints_warns(export):
     with pytest.warns(UserWarning, match="axis name.*b2.*will not be used"):
         export(Add().eval(), (X, Y), dynamic_shapes=({0: "batch"}, {0: Dim("b2")}))
+
+
+# ------------------------------------------------ warnings torch.onnx gives
+def _export_warning_kept(export, model, args, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        if export is _ours:
+            return exporter.export(model, args, **options)
+        return torch.onnx.export(model, args, dynamo=True, verbose=False, **options)
+
+
+@BOTH
+def test_dynamic_axes_warns_as_a_user_warning(export):
+    with pytest.warns(UserWarning, match="'dynamic_axes' is not recommended when dynamo=True"):
+        _export_warning_kept(
+            export, Add().eval(), (X, Y), input_names=["x", "b"], dynamic_axes={"x": [0], "b": [0]}
+        )
+
+
+@BOTH
+def test_training_mode_warns(export):
+    with pytest.warns(UserWarning, match="training mode"):
+        _export_warning_kept(export, Add(), (X, Y))
+
+
+@BOTH
+def test_saving_into_bytesio_warns_deprecated(export):
+    import io
+
+    buffer = io.BytesIO()
+    with pytest.warns(DeprecationWarning, match="BytesIO"):
+        _export_warning_kept(export, Add().eval(), (X, Y), f=buffer)
+    assert buffer.getvalue()
+
+
+class ReturnsNone(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, None, x * 2
+
+
+def test_outputs_without_a_graph_output_are_named():
+    # torch.onnx only logs "has None output"; a warning reaches the user
+    with pytest.warns(UserWarning, match=r"returns output 1 \(None\).*outputs are the other 2"):
+        program = exporter.export(ReturnsNone().eval(), (X,))
+    torch.testing.assert_close(program(X), [X + 1, X * 2])

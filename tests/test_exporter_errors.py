@@ -197,7 +197,7 @@ def test_dynamic_shapes_and_dynamic_axes_together():
 
 
 def test_dynamic_axes_unknown_name():
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(UserWarning, match="'dynamic_axes' is not recommended"):
         _raises(
             InvalidExportArgumentsError,
             r"dynamic_axes names \['nope'\]",
