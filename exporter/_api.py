@@ -89,6 +89,9 @@ def export(
             dynamic_shapes = _dynamic_shapes.from_dynamic_axes(
                 model, args_tuple, kwargs, dict(dynamic_axes), input_names, output_names
             )
+        dynamic_shapes = _dynamic_shapes.keyed_by_input_names(
+            model, args_tuple, kwargs, dynamic_shapes, input_names
+        )
         if isinstance(model, torch.nn.Module) and model.training:
             warnings.warn(
                 "Exporting a model in training mode: dropout and batch-norm statistics follow "

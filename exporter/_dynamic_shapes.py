@@ -200,7 +200,8 @@ def normalize(
         if unknown:
             raise InvalidExportArgumentsError(
                 f"dynamic_shapes has keys {sorted(unknown)} that are not inputs of forward(); "
-                f"the inputs are {list(params)}"
+                f"the inputs are {list(params)} (with input_names, a dict may be keyed by those "
+                f"names instead)"
             )
         converted = {k: convert(v, params[k], f"[{k!r}]") for k, v in dynamic_shapes.items()}
         return converted, names
@@ -262,8 +263,11 @@ def _bind(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     return result
 
 
-def flat_inputs(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(default name, value) of every flattened input, in torch.export's order.
+def flat_inputs(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, str, Any]]:
+    """(default name, forward() parameter, value) of every flattened input, in torch.export's
+    order.
 
     The default name is the one torch.export gives the input's placeholder (and so the ONNX
     graph input): the parameter name, with the keys of nested containers appended (``pair_0``,
@@ -288,7 +292,7 @@ def flat_inputs(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> li
                 parts = [var_args, index - len(positional), *keys[2:]]
         else:
             parts = keys[1:]
-        out.append(("_".join(str(p) for p in parts), leaf))
+        out.append(("_".join(str(p) for p in parts), str(parts[0]), leaf))
     return out
 
 
@@ -314,22 +318,16 @@ def from_dynamic_axes(
         UserWarning,
         stacklevel=3,
     )
-    flat = flat_inputs(model, args, kwargs)
-    names = list(input_names or [])
-    graph_inputs = [i for i, (_, leaf) in enumerate(flat) if isinstance(leaf, torch.Tensor)]
-    # one name per flattened input (baked scalars included) or, as torch.onnx, per graph input
-    named = range(len(flat)) if len(names) == len(flat) else graph_inputs
-    by_name = {default: i for i, (default, _) in enumerate(flat)}
-    by_name.update({name: i for name, i in zip(names, named)})
+    flat = NamedInputs(model, args, kwargs, input_names)
     spec_by_leaf: dict[int, dict[int, str]] = {}
     unknown = []
     for key, axes in dynamic_axes.items():
-        index = by_name.get(key)
+        index = flat.index(key)
         if index is None:
             if key not in (output_names or ()):
                 unknown.append(key)
             continue
-        leaf = flat[index][1]
+        leaf = flat.values[index]
         if not isinstance(leaf, torch.Tensor):
             raise InvalidExportArgumentsError(
                 f"dynamic_axes[{key!r}] names a {type(leaf).__name__} input, which has no axes; "
@@ -352,19 +350,80 @@ def from_dynamic_axes(
             )
         spec_by_leaf[index] = spec
     if unknown:
-        shown = {i: flat[i][0] for i in graph_inputs}
-        shown.update({i: name for name, i in zip(names, named) if i in shown})
         raise InvalidExportArgumentsError(
             f"dynamic_axes names {sorted(unknown)}, which name no input or output; the inputs "
-            f"are {list(shown.values())} (input_names, or the default names, of the flattened "
-            f"inputs in order) and the outputs {list(output_names or [])} (output_names)"
+            f"are {flat.shown()} (input_names, or the default names, of the flattened inputs "
+            f"in order) and the outputs {list(output_names or [])} (output_names)"
         )
-    spec_by_id: dict[int, Any] = {}
-    for index, spec in spec_by_leaf.items():
-        spec_by_id.setdefault(id(flat[index][1]), spec)
-    return {
-        param: pytree.tree_map(lambda leaf: spec_by_id.get(id(leaf)), value)
-        if not isinstance(value, torch.Tensor)
-        else spec_by_id.get(id(value))
-        for param, value in _bind(model, args, kwargs).items()
-    }
+    return flat.tree(spec_by_leaf)
+
+
+def keyed_by_input_names(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    input_names: Sequence[str] | None,
+) -> Any:
+    """A dynamic_shapes dict keyed by ``input_names`` -> the tree form torch.export takes.
+
+    torch.export only knows forward()'s parameter names; a user who named the inputs means those
+    names, so a dict whose keys are all input names (of flattened inputs) is converted.
+    """
+    if not isinstance(dynamic_shapes, dict) or not input_names or model is None:
+        return dynamic_shapes
+    if isinstance(model, torch.export.ExportedProgram):
+        return dynamic_shapes
+    if set(dynamic_shapes) <= set(_bind(model, args, kwargs)):
+        return dynamic_shapes
+    flat = NamedInputs(model, args, kwargs, input_names)
+    indices = {key: flat.index(key) for key in dynamic_shapes}
+    if any(index is None for index in indices.values()):
+        return dynamic_shapes  # normalize() names the keys that match nothing
+    return flat.tree({indices[key]: spec for key, spec in dynamic_shapes.items()})
+
+
+class NamedInputs:
+    """The flattened inputs with their names: ``input_names`` where given, else the defaults."""
+
+    def __init__(
+        self,
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        input_names: Sequence[str] | None,
+    ) -> None:
+        self.model, self.args, self.kwargs = model, args, kwargs
+        flat = flat_inputs(model, args, kwargs)
+        self.values = [value for _, _, value in flat]
+        self.params = [param for _, param, _ in flat]
+        self.graph_inputs = [i for i, v in enumerate(self.values) if isinstance(v, torch.Tensor)]
+        names = list(input_names or [])
+        # one name per flattened input (baked scalars included) or, as torch.onnx, per graph input
+        named = list(range(len(flat))) if len(names) == len(flat) else self.graph_inputs
+        self.names = {i: default for i, (default, _, _) in enumerate(flat)}
+        self.names.update(dict(zip(named, names)))
+        self._by_name = {default: i for i, (default, _, _) in enumerate(flat)}
+        self._by_name.update({name: i for i, name in zip(named, names)})
+
+    def index(self, name: str) -> int | None:
+        return self._by_name.get(name)
+
+    def shown(self) -> list[str]:
+        return [self.names[i] for i in self.graph_inputs]
+
+    def tree(self, spec_by_leaf: dict[int, Any]) -> dict[str, Any]:
+        """Per-leaf specs -> a dynamic_shapes dict keyed by forward()'s parameters."""
+        tree = {}
+        for param, value in _bind(self.model, self.args, self.kwargs).items():
+            # the param's leaves, in the order flat_inputs met them (a tensor passed twice
+            # gets each place's own spec)
+            indices = [i for i, p in enumerate(self.params) if p == param]
+            leaves, spec = pytree.tree_flatten(value)
+            if len(indices) != len(leaves):
+                raise InvalidExportArgumentsError(
+                    f"cannot match the flattened inputs of {param!r} with its value; pass "
+                    f"dynamic_shapes in the tree form of the inputs instead"
+                )
+            tree[param] = pytree.tree_unflatten([spec_by_leaf.get(i) for i in indices], spec)
+        return tree

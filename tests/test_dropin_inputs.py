@@ -260,3 +260,24 @@ def test_outputs_without_a_graph_output_are_named():
     with pytest.warns(UserWarning, match=r"returns output 1 \(None\).*outputs are the other 2"):
         program = exporter.export(ReturnsNone().eval(), (X,))
     torch.testing.assert_close(program(X), [X + 1, X * 2])
+
+
+@BOTH
+def test_tuple_dynamic_shapes_combined_with_input_names(export):
+    program = export(
+        Add().eval(), (X, Y), input_names=["A", "B"], dynamic_shapes=({0: "n"}, {0: "n"})
+    )
+    assert _inputs(program) == [("A", ["n", 3]), ("B", ["n", 3])]
+
+
+def test_dynamic_shapes_keyed_by_input_names():
+    # torch.onnx hands the dict to torch.export, which knows only forward()'s names
+    program = _ours(
+        Nested().eval(),
+        (X, (Y, Y)),
+        input_names=["a", "p0", "p1"],
+        dynamic_shapes={"a": {0: "batch"}, "p0": {0: "batch"}, "p1": {0: Dim.DYNAMIC}},
+    )
+    assert [dims[0] for _, dims in _inputs(program)] == ["batch"] * 3
+    x5, y5 = torch.randn(5, 3), torch.randn(5, 3)
+    torch.testing.assert_close(tuple(program(x5, (y5, y5))), Nested().eval()(x5, (y5, y5)))
