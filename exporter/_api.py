@@ -71,6 +71,7 @@ def export(
             why = "dump_exported_program" if dump_exported_program else "the report"
             _validate.check_artifacts_dir(report_dir, why)
         _validate.check_destination(f)
+        _validate.check_bytesio_size(f, _validate.weight_bytes(model), "the weights alone take")
         _validate.check_names(input_names, "input_names")
         _validate.check_names(output_names, "output_names")
         _validate.check_names_disjoint(input_names, output_names)
@@ -259,7 +260,12 @@ def _save_to(
     external_data: bool,
 ) -> None:
     if isinstance(f, io.BytesIO):
-        _validate.check_bytesio_size(program.model, f)
+        program._require_weights("write the model into the io.BytesIO")
+        from exporter._program import serialized_size_estimate
+
+        _validate.check_bytesio_size(
+            f, serialized_size_estimate(program.model), "the model serializes to"
+        )
         warnings.warn(
             "Saving the model into an io.BytesIO is deprecated, as in torch.onnx: pass a file "
             "path (a model over 2 GiB cannot be held in one buffer).",

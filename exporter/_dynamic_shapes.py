@@ -282,7 +282,15 @@ def flat_inputs(
     ]
     var_args = next((p.name for p in params if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
     out = []
-    for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]:
+    from exporter._program import leaves_with_paths
+
+    leaves = leaves_with_paths((tuple(args), dict(kwargs)))
+    if any(path is None for path, _ in leaves):
+        raise InvalidExportArgumentsError(
+            "an input container is registered with torch's pytree without key paths, so its "
+            "flattened inputs have no names; pass dynamic_shapes in the tree form of the inputs"
+        )
+    for path, leaf in leaves:
         keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", k))) for k in path]
         if keys[0] == 0:
             index = keys[1]

@@ -144,8 +144,18 @@ def _in_spec_order(program: ONNXProgram, kwargs: dict[str, Any]) -> dict[str, An
     return {k: kwargs[k] for k in order}
 
 
-def _where(path: tuple[Any, ...]) -> str:
+def leaves_with_paths(tree: Any) -> list[tuple[tuple[Any, ...] | None, Any]]:
+    """pytree leaves with their key paths; None paths for a container registered without keys."""
+    try:
+        return pytree.tree_flatten_with_path(tree)[0]
+    except (ValueError, TypeError, NotImplementedError):
+        return [(None, leaf) for leaf in pytree.tree_leaves(tree)]
+
+
+def _where(path: tuple[Any, ...] | None) -> str:
     """``args[1]`` or ``kwargs['n']`` for a leaf path of ``(args, kwargs)``."""
+    if path is None:
+        return "a flattened input"
     return ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])
 
 
@@ -350,7 +360,7 @@ class ONNXProgram:
                     f"flattening"
                 )
             return {v.name: _feed(t, v) for v, t in zip(graph_inputs, flat)}
-        leaves = pytree.tree_flatten_with_path((tuple(args), _in_spec_order(self, kwargs)))[0]
+        leaves = leaves_with_paths((tuple(args), _in_spec_order(self, kwargs)))
         if len(leaves) != len(plan):
             raise ValueError(
                 f"the model was exported with {len(plan)} inputs after flattening "

@@ -230,19 +230,26 @@ def check_names_disjoint(input_names: Any, output_names: Any) -> None:
         )
 
 
-def check_bytesio_size(model: Any, f: Any) -> None:
-    """Fail before serializing a model that protobuf cannot hold in one message."""
-    if not isinstance(f, io.BytesIO):
-        return
-    from exporter._program import serialized_size_estimate
-
-    size = serialized_size_estimate(model)
-    if size >= PROTOBUF_LIMIT_BYTES:
+def check_bytesio_size(f: Any, size: int, what: str) -> None:
+    """Fail before the work when protobuf cannot hold the model in one buffer."""
+    if isinstance(f, io.BytesIO) and size >= PROTOBUF_LIMIT_BYTES:
         raise InvalidExportArgumentsError(
-            f"the model serializes to about {size / 2**30:.2f} GiB, over protobuf's 2 GiB "
-            f"limit, so it cannot be written into an io.BytesIO; pass a file path as f, and "
-            f"the weights go to an external .data file"
+            f"{what} about {size / 2**30:.2f} GiB, over protobuf's 2 GiB limit, so the model "
+            f"cannot be written into an io.BytesIO; pass a file path as f, and the weights go "
+            f"to an external .data file"
         )
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a module's parameters and buffers (shared ones once): the model's least size."""
+    if isinstance(model, torch.export.ExportedProgram):
+        tensors = list(model.state_dict.values()) + list(model.constants.values())
+    elif isinstance(model, torch.nn.Module):
+        tensors = list(model.parameters()) + list(model.buffers())
+    else:
+        return 0
+    unique = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+    return sum(t.numel() * t.element_size() for t in unique.values())
 
 
 # --------------------------------------------------------------- translations

@@ -159,14 +159,28 @@ def test_dump_exported_program_into_an_unwritable_folder():
         exporter.export(Add().eval(), (X, Y), dump_exported_program=True, artifacts_dir="/proc")
 
 
-def test_model_over_two_gib_into_bytesio_fails_before_serializing():
+def test_model_over_two_gib_into_bytesio_fails_before_capture(monkeypatch):
     # meta weights carry their size without their bytes: 2.2 GiB of them, no memory spent
     with torch.device("meta"):
         big = torch.nn.Linear(24 * 1024, 24 * 1024).eval()
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("capture ran although the weights alone exceed 2 GiB")
+
+    monkeypatch.setattr(exporter._capture, "capture", no_capture)
+    with pytest.raises(InvalidExportArgumentsError, match=r"weights alone take about 2\.\d+ GiB"):
+        exporter.export(big, (torch.randn(1, 24 * 1024, device="meta"),), io.BytesIO())
+
+
+def test_meta_weights_into_bytesio_name_the_weights():
+    with torch.device("meta"):
+        meta_linear = torch.nn.Linear(3, 4).eval()
+    buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(InvalidExportArgumentsError, match=r"about 2\.\d+ GiB.*BytesIO"):
-            exporter.export(big, (torch.randn(1, 24 * 1024, device="meta"),), io.BytesIO())
+        with pytest.raises(InvalidExportArgumentsError, match="weight, bias are on the meta"):
+            exporter.export(meta_linear, (torch.randn(2, 3, device="meta"),), buffer)
+    assert not buffer.getvalue()
 
 
 def test_serialized_size_estimate_is_close_to_the_real_size():
