@@ -53,6 +53,8 @@ def serialized_size_estimate(model: ir.Model) -> int:
 
 
 def fits_one_protobuf(model: ir.Model) -> bool:
+    if _initializer_bytes(model) < PROTOBUF_LIMIT_BYTES // 2:
+        return True  # no graph is a GiB without its weights: skip serializing it
     # a margin for the estimate's slack: near the limit external data is the safe choice
     return serialized_size_estimate(model) < PROTOBUF_LIMIT_BYTES - 16 * 1024 * 1024
 
@@ -104,10 +106,11 @@ def _to_numpy(x: Any) -> np.ndarray:
 class PlannedInput:
     """One flattened user input of an exported program: a graph input, or a baked value."""
 
-    def __init__(self, name: str, baked: bool, value: Any = None) -> None:
+    def __init__(self, name: str, baked: bool, value: Any = None, tensor: bool = False) -> None:
         self.name = name
         self.baked = baked
         self.value = value
+        self.tensor = tensor  #: a tensor graph input (not a dynamic scalar)
 
 
 def input_plan(exported_program: torch.export.ExportedProgram) -> list[PlannedInput]:
@@ -128,7 +131,8 @@ def input_plan(exported_program: torch.export.ExportedProgram) -> list[PlannedIn
         elif node.meta.get("val") is None:
             plan.append(PlannedInput(node.name, True, None))
         else:
-            plan.append(PlannedInput(node.name, False))
+            is_tensor = isinstance(node.meta["val"], torch.Tensor)
+            plan.append(PlannedInput(node.name, False, tensor=is_tensor))
     return plan
 
 

@@ -402,6 +402,13 @@ def _plan_second_shape(
     import sympy
 
     inputs = list(model.graph.inputs)
+    if program is not None:
+        from exporter._program import input_plan
+
+        # dynamic scalar inputs are graph inputs too; only tensors have dims to grow
+        fed = [entry for entry in input_plan(program) if not entry.baked]
+        if len(fed) == len(inputs):
+            inputs = [value for value, entry in zip(inputs, fed) if entry.tensor]
     if len(inputs) != len(tensors):
         return None
     ranges = _symbol_ranges(program, [t for _, t in tensors], inputs)
