@@ -284,3 +284,15 @@ def test_dynamic_shapes_keyed_by_input_names():
     assert [dims[0] for _, dims in _inputs(program)] == ["batch"] * 3
     x5, y5 = torch.randn(5, 3), torch.randn(5, 3)
     torch.testing.assert_close(tuple(program(x5, (y5, y5))), Nested().eval()(x5, (y5, y5)))
+
+
+class OptionalMiddle(torch.nn.Module):
+    def forward(self, x, mask, y):
+        return x - y if mask is None else (x - y) * mask
+
+
+def test_one_name_per_flattened_input_skips_the_none_one():
+    # torch.onnx zips the names with the graph inputs: y would be called "mask"
+    program = _ours(OptionalMiddle().eval(), (X, None, Y), input_names=["x", "mask", "y"])
+    assert [name for name, _ in _inputs(program)] == ["x", "y"]
+    torch.testing.assert_close(program(X, None, Y)[0], X - Y)
