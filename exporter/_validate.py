@@ -18,6 +18,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from exporter._errors import InvalidExportArgumentsError
+from exporter._program import PROTOBUF_LIMIT_BYTES
 from exporter.ops import _opsets
 from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
 
@@ -29,9 +30,6 @@ LEGACY_IGNORED = (
     "export_modules_as_functions",
     "autograd_inlining",
 )
-
-#: protobuf refuses to serialize a message of 2 GiB or more.
-PROTOBUF_LIMIT_BYTES = 2**31 - 1
 
 VERIFY_VALUES = (False, True, "strict")
 
