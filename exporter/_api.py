@@ -12,21 +12,11 @@ from typing import Any
 
 import torch
 
-from exporter import _capture, _decompose, _dynamic_shapes, _passes, _translate
+from exporter import _capture, _decompose, _dynamic_shapes, _passes, _translate, _validate
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
-from exporter._program import ONNXProgram
+from exporter._program import ONNXProgram, input_plan
 from exporter._record import ExportRecord
-from exporter.ops import _opsets
-from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
-
-_LEGACY_IGNORED = (
-    "training",
-    "operator_export_type",
-    "do_constant_folding",
-    "custom_opsets",
-    "export_modules_as_functions",
-    "autograd_inlining",
-)
+from exporter.ops._registry import Registry
 
 
 def export(
@@ -72,18 +62,22 @@ def export(
     error: BaseException | None = None
     report_dir = Path(artifacts_dir)
     try:
-        _check_legacy(legacy)
-        args_tuple, kwargs = _check_inputs(model, args, kwargs, dynamo)
-        opset = _check_opset(opset_version)
+        _validate.check_legacy(legacy)
+        args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
+        opset = _validate.check_opset(opset_version)
         record.opset = opset
+        _validate.check_verify(verify)
         if report or dump_exported_program or profile:
-            _check_artifacts_dir(report_dir)
-        _check_destination(f)
-        _check_names(input_names, "input_names")
-        _check_names(output_names, "output_names")
-        registry = _registry_with(custom_translation_table)
+            why = "dump_exported_program" if dump_exported_program else "the report"
+            _validate.check_artifacts_dir(report_dir, why)
+        _validate.check_destination(f)
+        _validate.check_bytesio_size(f, _validate.weight_bytes(model), "the weights alone take")
+        _validate.check_names(input_names, "input_names")
+        _validate.check_names(output_names, "output_names")
+        _validate.check_names_disjoint(input_names, output_names)
+        registry = _validate.registry_with(custom_translation_table)
         record.registry = registry
-        _check_patches(capture_patches)
+        _validate.check_patches(capture_patches)
         if dynamic_axes is not None:
             if dynamic_shapes is not None:
                 raise InvalidExportArgumentsError(
@@ -96,6 +90,9 @@ def export(
             dynamic_shapes = _dynamic_shapes.from_dynamic_axes(
                 model, args_tuple, kwargs, dict(dynamic_axes), input_names, output_names
             )
+        dynamic_shapes = _dynamic_shapes.keyed_by_input_names(
+            model, args_tuple, kwargs, dynamic_shapes, input_names
+        )
         if isinstance(model, torch.nn.Module) and model.training:
             warnings.warn(
                 "Exporting a model in training mode: dropout and batch-norm statistics follow "
@@ -216,15 +213,26 @@ def _export(
             _passes.forget_static_dims(model_ir)
     record.model = model_ir
     say(f"[exporter] translated to {len(model_ir.graph)} ONNX nodes")
-    if optimize:
+    _validate.check_outputs(model_ir, decomposed)
+    program = ONNXProgram(model_ir, decomposed, record=record)
+    meta_weights = program.meta_weights()
+    if meta_weights:
+        message = (
+            f"{len(meta_weights)} weights are on the meta device (e.g. {meta_weights[0]}): the "
+            f"graph is exported without their data and the optimizer, which folds constants, "
+            f"is skipped. Call apply_weights(state_dict) before running or saving the model."
+        )
+        record.notes.append(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+    if optimize and not meta_weights:
         with record.stage("optimize"):
             _passes.optimize(model_ir)
     else:
         record.status["optimize"] = "skipped"
-    _rename_io(model_ir, input_names, output_names)
+    _validate.apply_io_names(model_ir, input_names, output_names, input_plan(decomposed))
     if not metadata:
         _passes.strip_metadata(model_ir)
-    return ONNXProgram(model_ir, decomposed, record=record)
+    return program
 
 
 def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
@@ -244,219 +252,6 @@ def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ validation
-def _check_legacy(legacy: dict[str, Any]) -> None:
-    unknown = set(legacy) - set(_LEGACY_IGNORED)
-    if unknown:
-        raise TypeError(f"export() got unexpected keyword arguments {sorted(unknown)}")
-    for name in legacy:
-        warnings.warn(
-            f"export(): {name} is a TorchScript-exporter option and is ignored",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _check_inputs(
-    model: Any, args: Any, kwargs: Any, dynamo: bool
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if not dynamo:
-        raise InvalidExportArgumentsError(
-            "exporter.export always uses torch.export; for the TorchScript exporter call "
-            "torch.onnx.export(..., dynamo=False)"
-        )
-    if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
-        raise InvalidExportArgumentsError(
-            "model is a TorchScript module; export the original nn.Module instead"
-        )
-    if not isinstance(model, torch.nn.Module | torch.export.ExportedProgram):
-        raise InvalidExportArgumentsError(
-            f"model must be a torch.nn.Module or a torch.export.ExportedProgram, got "
-            f"{type(model).__name__}; wrap a function in an nn.Module whose forward calls it"
-        )
-    if isinstance(args, torch.Tensor):
-        args = (args,)
-    if not isinstance(args, tuple):
-        raise InvalidExportArgumentsError(
-            f"args must be a tuple of example inputs, got {type(args).__name__}; for one "
-            f"input write args=(x,)"
-        )
-    if not isinstance(kwargs, dict):
-        raise InvalidExportArgumentsError(
-            f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}"
-        )
-    if (
-        not kwargs
-        and args
-        and isinstance(args[-1], dict)
-        and isinstance(model, torch.nn.Module)
-        and not _fits(model, args, {})
-        and _fits(model, args[:-1], args[-1])
-    ):
-        # torch.onnx's convention: a trailing dict in args holds the keyword inputs. We apply it
-        # only when the inputs do not fit forward() as given, so a dict input stays an input.
-        kwargs = args[-1]
-        args = args[:-1]
-    _check_leaves((args, kwargs))
-    return args, kwargs
-
-
-def _fits(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    import inspect
-
-    try:
-        inspect.signature(model.forward).bind(*args, **kwargs)
-    except TypeError:
-        return False
-    return True
-
-
-def _check_leaves(tree: Any, path: str = "inputs") -> None:
-    if isinstance(tree, torch.Tensor) or tree is None or isinstance(tree, (bool, int, float, str)):
-        return
-    if isinstance(tree, (list, tuple)):
-        for i, item in enumerate(tree):
-            _check_leaves(item, f"{path}[{i}]")
-        return
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            _check_leaves(v, f"{path}[{k!r}]")
-        return
-    from torch.utils import _pytree as pytree
-
-    if pytree._get_node_type(tree) in pytree.SUPPORTED_NODES:
-        return  # a registered container (e.g. a transformers Cache or ModelOutput)
-    if isinstance(tree, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return
-    import numpy as np
-
-    hint = " Convert it with torch.from_numpy()." if isinstance(tree, np.ndarray) else ""
-    raise InvalidExportArgumentsError(
-        f"{path} is a {type(tree).__name__}, which torch.export cannot take as an input; use "
-        f"tensors, Python scalars, or lists/tuples/dicts of them.{hint}"
-    )
-
-
-def _check_patches(patches: Any) -> None:
-    from exporter._capture_patches import CAPTURE_PATCHES
-
-    if isinstance(patches, str) or not all(isinstance(p, str) for p in patches):
-        raise InvalidExportArgumentsError(
-            f"capture_patches must be a list of names, got {patches!r}"
-        )
-    unknown = [p for p in patches if p not in CAPTURE_PATCHES]
-    if unknown:
-        raise InvalidExportArgumentsError(
-            f"unknown capture_patches {unknown}; available: {sorted(CAPTURE_PATCHES)}"
-        )
-
-
-def _check_opset(opset_version: Any) -> int:
-    if opset_version is None:
-        return _opsets.DEFAULT_OPSET
-    if not isinstance(opset_version, int) or isinstance(opset_version, bool):
-        raise InvalidExportArgumentsError(
-            f"opset_version must be an int, got {type(opset_version).__name__}"
-        )
-    if not _opsets.MIN_OPSET <= opset_version <= _opsets.MAX_OPSET:
-        raise InvalidExportArgumentsError(
-            f"opset_version {opset_version} is not supported; choose one from "
-            f"{_opsets.MIN_OPSET} to {_opsets.MAX_OPSET} (default {_opsets.DEFAULT_OPSET})"
-        )
-    return opset_version
-
-
-def _check_artifacts_dir(path: Path) -> None:
-    if path.exists() and not path.is_dir():
-        raise InvalidExportArgumentsError(f"artifacts_dir {path} exists and is not a folder")
-    if not path.exists():
-        if not path.parent.exists():
-            raise InvalidExportArgumentsError(
-                f"artifacts_dir {path}: its parent folder {path.parent} does not exist; create "
-                f"it or choose another artifacts_dir"
-            )
-        path.mkdir()
-
-
-def _check_destination(f: Any) -> None:
-    if f is None or isinstance(f, io.BytesIO):
-        return
-    if not isinstance(f, (str, os.PathLike)):
-        raise InvalidExportArgumentsError(f"f must be a path or io.BytesIO, got {type(f).__name__}")
-    parent = Path(f).parent
-    if not parent.exists():
-        raise InvalidExportArgumentsError(
-            f"cannot write {f}: folder {parent} does not exist; create it first"
-        )
-
-
-def _check_names(names: Any, what: str) -> None:
-    if names is None:
-        return
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise InvalidExportArgumentsError(f"{what} must be a list of strings, got {names!r}")
-    duplicates = sorted({n for n in names if list(names).count(n) > 1})
-    if duplicates:
-        raise InvalidExportArgumentsError(f"{what} has duplicates: {duplicates}")
-
-
-def _registry_with(table: Mapping[Any, Callable[..., Any]] | None) -> Registry:
-    if not table:
-        return DEFAULT_REGISTRY
-    if not isinstance(table, Mapping):
-        raise InvalidExportArgumentsError(
-            f"custom_translation_table must be a dict {{OpOverload: function}}, got "
-            f"{type(table).__name__}"
-        )
-    registry = DEFAULT_REGISTRY.copy()
-    for target, fn in table.items():
-        try:
-            registry.add(target, custom_translation(target, fn))
-        except TypeError as exc:
-            raise InvalidExportArgumentsError(str(exc)) from None
-    return registry
-
-
-def _rename_io(
-    model: Any, input_names: Sequence[str] | None, output_names: Sequence[str] | None
-) -> None:
-    from exporter import _metadata
-
-    graph = model.graph
-    for what, names, values in (
-        ("input_names", input_names, graph.inputs),
-        ("output_names", output_names, graph.outputs),
-    ):
-        if names is None:
-            continue
-        if len(names) > len(values):
-            raise InvalidExportArgumentsError(
-                f"{what} has {len(names)} names but the model has {len(values)} "
-                f"{what.split('_')[0]}s ({[v.name for v in values]}); remove the extra names"
-            )
-        taken = {v.name: v for v in _all_values(graph)}
-        for name, value in zip(names, values):
-            if value.name == name:
-                continue
-            other = taken.get(name)
-            if other is not None and other is not value:
-                other.name = f"{name}__renamed"  # free the name the user asked for
-                taken[other.name] = other
-            taken.pop(value.name, None)
-            value.metadata_props.setdefault(_metadata.ORIGINAL_NAME, value.name or "")
-            value.name = name
-            taken[name] = value
-
-
-def _all_values(graph: Any) -> list[Any]:
-    import onnx_ir as ir
-
-    values = list(graph.inputs) + list(graph.initializers.values())
-    for node in ir.traversal.RecursiveGraphIterator(graph):
-        values.extend(node.outputs)
-    return values
-
-
 def _save_to(
     program: ONNXProgram,
     f: Any,
@@ -465,6 +260,18 @@ def _save_to(
     external_data: bool,
 ) -> None:
     if isinstance(f, io.BytesIO):
+        program._require_weights("write the model into the io.BytesIO")
+        from exporter._program import serialized_size_estimate
+
+        _validate.check_bytesio_size(
+            f, serialized_size_estimate(program.model), "the model serializes to"
+        )
+        warnings.warn(
+            "Saving the model into an io.BytesIO is deprecated, as in torch.onnx: pass a file "
+            "path (a model over 2 GiB cannot be held in one buffer).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         f.write(program.model_proto.SerializeToString())
         return
     program.save(

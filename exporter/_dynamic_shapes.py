@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.export import Dim
+from torch.export.dynamic_shapes import _DimHint, _DimHintType
 from torch.utils import _pytree as pytree
 
 from exporter._errors import InvalidExportArgumentsError
@@ -69,8 +70,17 @@ class AxisNames:
                 if axis >= val.dim():
                     continue
                 size = val.shape[axis]
-                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                    renames.setdefault(str(size.node.expr), name)
+                if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol):
+                    continue
+                chosen = renames.setdefault(str(size.node.expr), name)
+                if chosen != name:
+                    # torch.onnx warns alike: torch.export found the two dims equal
+                    warnings.warn(
+                        f"The axis name {name!r} will not be used, since it shares the same "
+                        f"shape constraints with another axis: {chosen!r}.",
+                        UserWarning,
+                        stacklevel=4,
+                    )
         return renames
 
 
@@ -100,6 +110,18 @@ def normalize(
         return None, names
     leaves = pytree.tree_leaves((args, kwargs))
     leaf_ids = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
+    named_sizes: dict[str, tuple[int, str]] = {}
+
+    def name_axis(value: torch.Tensor, axis: int, name: str, path: str) -> None:
+        size = int(value.shape[axis])
+        first = named_sizes.setdefault(name, (size, f"dynamic_shapes{path} axis {axis}"))
+        if first[0] != size:
+            raise InvalidExportArgumentsError(
+                f"axis name {name!r} is given to dims whose example sizes differ: {first[1]} "
+                f"(size {first[0]}) and dynamic_shapes{path} axis {axis} (size {size}). One "
+                f"name declares one size in the ONNX graph; give these dims different names."
+            )
+        names.add(leaf_ids[id(value)], axis, name)
 
     def convert(spec: Any, value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):
@@ -129,7 +151,7 @@ def normalize(
                     )
                 axis = axis % value.dim()
                 if isinstance(s, str):
-                    names.add(leaf_ids[id(value)], axis, s)
+                    name_axis(value, axis, s, path)
                     out[axis] = Dim.DYNAMIC
                 elif s is None:
                     continue
@@ -160,10 +182,15 @@ def normalize(
                 convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
             )
         if spec is not None and not (isinstance(spec, dict) and not spec):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return _int_spec(spec, value, path)
+            if isinstance(spec, _DimHint) and spec.type == _DimHintType.STATIC:
+                return None
             if isinstance(value, (int, float, bool, str)) or value is None:
                 raise InvalidExportArgumentsError(
                     f"dynamic_shapes{path} gives {spec!r} for a non-tensor input "
-                    f"({type(value).__name__}); use None there"
+                    f"({type(value).__name__}); use None there (torch.export can make only "
+                    f"int inputs dynamic; pass a 0-d tensor for a value that changes)"
                 )
         return spec
 
@@ -173,7 +200,8 @@ def normalize(
         if unknown:
             raise InvalidExportArgumentsError(
                 f"dynamic_shapes has keys {sorted(unknown)} that are not inputs of forward(); "
-                f"the inputs are {list(params)}"
+                f"the inputs are {list(params)} (with input_names, a dict may be keyed by those "
+                f"names instead)"
             )
         converted = {k: convert(v, params[k], f"[{k!r}]") for k, v in dynamic_shapes.items()}
         return converted, names
@@ -192,6 +220,26 @@ def normalize(
     raise InvalidExportArgumentsError(
         f"dynamic_shapes must be a dict keyed by forward() parameter names or a tuple aligned "
         f"with the inputs, got {type(dynamic_shapes).__name__}"
+    )
+
+
+def _int_spec(spec: Any, value: int, path: str) -> Any:
+    """An int input's spec: Dim.DYNAMIC/AUTO make it a scalar graph input, Dim.STATIC bakes it."""
+    if isinstance(spec, str):
+        return Dim.DYNAMIC  # an axis name has no axis to name on a scalar: it just means dynamic
+    if isinstance(spec, _DimHint):
+        return None if spec.type == _DimHintType.STATIC else spec
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec != value:
+            raise InvalidExportArgumentsError(
+                f"dynamic_shapes{path} fixes the int input to {spec} but its example value is "
+                f"{value}"
+            )
+        return None
+    raise InvalidExportArgumentsError(
+        f"dynamic_shapes{path} gives {spec!r} for an int input ({value}); torch.export makes an "
+        f"int input dynamic only with Dim.DYNAMIC or Dim.AUTO (a named Dim has no axis here), "
+        f"or static with Dim.STATIC or None"
     )
 
 
@@ -215,6 +263,47 @@ def _bind(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     return result
 
 
+def flat_inputs(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, str, Any]]:
+    """(default name, forward() parameter, value) of every flattened input, in torch.export's
+    order.
+
+    The default name is the one torch.export gives the input's placeholder (and so the ONNX
+    graph input): the parameter name, with the keys of nested containers appended (``pair_0``,
+    ``d_k``).
+    """
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    params = list(inspect.signature(forward).parameters.values())
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    var_args = next((p.name for p in params if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
+    out = []
+    from exporter._program import leaves_with_paths
+
+    leaves = leaves_with_paths((tuple(args), dict(kwargs)))
+    if any(path is None for path, _ in leaves):
+        raise InvalidExportArgumentsError(
+            "an input container is registered with torch's pytree without key paths, so its "
+            "flattened inputs have no names; pass dynamic_shapes in the tree form of the inputs"
+        )
+    for path, leaf in leaves:
+        keys = [getattr(k, "idx", getattr(k, "key", getattr(k, "name", k))) for k in path]
+        if keys[0] == 0:
+            index = keys[1]
+            if index < len(positional):
+                parts = [positional[index], *keys[2:]]
+            else:
+                parts = [var_args, index - len(positional), *keys[2:]]
+        else:
+            parts = keys[1:]
+        out.append(("_".join(str(p) for p in parts), str(parts[0]), leaf))
+    return out
+
+
 def from_dynamic_axes(
     model: Any,
     args: tuple[Any, ...],
@@ -223,32 +312,126 @@ def from_dynamic_axes(
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
 ) -> Any:
-    """Legacy ``dynamic_axes`` ({input name: {axis: name} or [axes]}) -> tree-form dynamic_shapes."""
+    """Legacy ``dynamic_axes`` ({input name: {axis: name} or [axes]}) -> tree-form dynamic_shapes.
+
+    The keys name FLATTENED inputs as ``input_names`` does (nested tuples, lists and dicts
+    flattened, in torch.onnx's order), or by the default graph input names (``x``, ``pair_0``);
+    output names are accepted and left to the graph, whose output shapes follow the inputs'.
+    """
+    # a UserWarning as torch.onnx gives, so filters written for torch.onnx's warning match it
     warnings.warn(
-        "dynamic_axes is deprecated; pass dynamic_shapes in the tree form of the inputs, e.g. "
-        "dynamic_shapes=({0: 'batch'},). It was converted for you.",
-        DeprecationWarning,
+        "'dynamic_axes' is not recommended when dynamo=True (it is deprecated): pass "
+        "dynamic_shapes in the tree form of the inputs, e.g. dynamic_shapes=({0: 'batch'},). "
+        "It was converted for you.",
+        UserWarning,
         stacklevel=3,
     )
-    params = _bind(model, args, kwargs)
-    names = list(input_names or [])
-    spec: dict[str, Any] = {}
-    used = set()
-    for i, (param, value) in enumerate(params.items()):
-        key = names[i] if i < len(names) else param
-        axes = dynamic_axes.get(key, dynamic_axes.get(param))
-        if axes is None or not isinstance(value, torch.Tensor):
-            spec[param] = None
+    flat = NamedInputs(model, args, kwargs, input_names)
+    spec_by_leaf: dict[int, dict[int, str]] = {}
+    unknown = []
+    for key, axes in dynamic_axes.items():
+        index = flat.index(key)
+        if index is None:
+            if key not in (output_names or ()):
+                unknown.append(key)
             continue
-        used.add(key if key in dynamic_axes else param)
-        if isinstance(axes, dict):
-            spec[param] = {int(a): str(n) for a, n in axes.items()}
+        leaf = flat.values[index]
+        if not isinstance(leaf, torch.Tensor):
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] names a {type(leaf).__name__} input, which has no axes; "
+                f"use dynamic_shapes with Dim.DYNAMIC to make an int input dynamic"
+            )
+        if isinstance(axes, dict) and all(isinstance(a, int) for a in axes):
+            spec = {a: str(n) for a, n in axes.items()}
+        elif isinstance(axes, (list, tuple)) and all(isinstance(a, int) for a in axes):
+            spec = {a: f"{key}_dim_{a % max(leaf.dim(), 1)}" for a in axes}
         else:
-            spec[param] = {int(a): f"{key}_dim_{a}" for a in axes}
-    unknown = set(dynamic_axes) - used - set(output_names or [])
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] must be a dict {{axis: name}} or a list of axes (ints), "
+                f"got {axes!r}"
+            )
+        bad = [a for a in spec if not -leaf.dim() <= a < leaf.dim()]
+        if bad:
+            raise InvalidExportArgumentsError(
+                f"dynamic_axes[{key!r}] names axes {bad} but that input has shape "
+                f"{tuple(leaf.shape)}"
+            )
+        spec_by_leaf[index] = spec
     if unknown:
         raise InvalidExportArgumentsError(
-            f"dynamic_axes names {sorted(unknown)}, which are neither input names "
-            f"({names or list(params)}) nor output names"
+            f"dynamic_axes names {sorted(unknown)}, which name no input or output; the inputs "
+            f"are {flat.shown()} (input_names, or the default names, of the flattened inputs "
+            f"in order) and the outputs {list(output_names or [])} (output_names)"
         )
-    return spec
+    return flat.tree(spec_by_leaf)
+
+
+def keyed_by_input_names(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    input_names: Sequence[str] | None,
+) -> Any:
+    """A dynamic_shapes dict keyed by ``input_names`` -> the tree form torch.export takes.
+
+    torch.export only knows forward()'s parameter names; a user who named the inputs means those
+    names, so a dict whose keys are all input names (of flattened inputs) is converted.
+    """
+    if not isinstance(dynamic_shapes, dict) or not input_names or model is None:
+        return dynamic_shapes
+    if isinstance(model, torch.export.ExportedProgram):
+        return dynamic_shapes
+    if set(dynamic_shapes) <= set(_bind(model, args, kwargs)):
+        return dynamic_shapes
+    flat = NamedInputs(model, args, kwargs, input_names)
+    indices = {key: flat.index(key) for key in dynamic_shapes}
+    if any(index is None for index in indices.values()):
+        return dynamic_shapes  # normalize() names the keys that match nothing
+    return flat.tree({indices[key]: spec for key, spec in dynamic_shapes.items()})
+
+
+class NamedInputs:
+    """The flattened inputs with their names: ``input_names`` where given, else the defaults."""
+
+    def __init__(
+        self,
+        model: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        input_names: Sequence[str] | None,
+    ) -> None:
+        self.model, self.args, self.kwargs = model, args, kwargs
+        flat = flat_inputs(model, args, kwargs)
+        self.values = [value for _, _, value in flat]
+        self.params = [param for _, param, _ in flat]
+        self.graph_inputs = [i for i, v in enumerate(self.values) if isinstance(v, torch.Tensor)]
+        names = list(input_names or [])
+        # one name per flattened input (baked scalars included) or, as torch.onnx, per graph input
+        named = list(range(len(flat))) if len(names) == len(flat) else self.graph_inputs
+        self.names = {i: default for i, (default, _, _) in enumerate(flat)}
+        self.names.update(dict(zip(named, names)))
+        self._by_name = {default: i for i, (default, _, _) in enumerate(flat)}
+        self._by_name.update({name: i for i, name in zip(named, names)})
+
+    def index(self, name: str) -> int | None:
+        return self._by_name.get(name)
+
+    def shown(self) -> list[str]:
+        return [self.names[i] for i in self.graph_inputs]
+
+    def tree(self, spec_by_leaf: dict[int, Any]) -> dict[str, Any]:
+        """Per-leaf specs -> a dynamic_shapes dict keyed by forward()'s parameters."""
+        tree = {}
+        for param, value in _bind(self.model, self.args, self.kwargs).items():
+            # the param's leaves, in the order flat_inputs met them (a tensor passed twice
+            # gets each place's own spec)
+            indices = [i for i, p in enumerate(self.params) if p == param]
+            leaves, spec = pytree.tree_flatten(value)
+            if len(indices) != len(leaves):
+                raise InvalidExportArgumentsError(
+                    f"cannot match the flattened inputs of {param!r} with its value; pass "
+                    f"dynamic_shapes in the tree form of the inputs instead"
+                )
+            tree[param] = pytree.tree_unflatten([spec_by_leaf.get(i) for i in indices], spec)
+        return tree

@@ -16,8 +16,6 @@ import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
 
-#: Above this many bytes of initializers a model no longer fits one protobuf (2 GiB limit).
-LARGE_MODEL_BYTES = 1536 * 1024 * 1024
 #: Tensors at least this big go to the external data file.
 EXTERNAL_DATA_THRESHOLD = 1024
 
@@ -26,6 +24,40 @@ def _initializer_bytes(model: ir.Model) -> int:
     return sum(
         v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None
     )
+
+
+#: protobuf refuses to serialize a message of 2 GiB or more.
+PROTOBUF_LIMIT_BYTES = 2**31 - 1
+#: What one initializer's TensorProto adds around its bytes (name, dims, type), generously.
+_TENSOR_OVERHEAD_BYTES = 512
+
+
+def serialized_size_estimate(model: ir.Model) -> int:
+    """The size of the model as one protobuf, from its weights' bytes plus the graph without them.
+
+    Serializing only the graph is cheap, so a model near the 2 GiB limit is judged by what it
+    would really take rather than by its weights alone.
+    """
+    graph = model.graph
+    saved = dict(graph.initializers)
+    try:
+        graph.initializers.clear()
+        rest = ir.serde.serialize_model(model).ByteSize()
+    finally:
+        for name, value in saved.items():
+            graph.initializers[name] = value
+    return (
+        rest
+        + sum(v.const_value.nbytes for v in saved.values() if v.const_value is not None)
+        + _TENSOR_OVERHEAD_BYTES * len(saved)
+    )
+
+
+def fits_one_protobuf(model: ir.Model) -> bool:
+    if _initializer_bytes(model) < PROTOBUF_LIMIT_BYTES // 2:
+        return True  # no graph is a GiB without its weights: skip serializing it
+    # a margin for the estimate's slack: near the limit external data is the safe choice
+    return serialized_size_estimate(model) < PROTOBUF_LIMIT_BYTES - 16 * 1024 * 1024
 
 
 def flatten_inputs(args: Sequence[Any], kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
@@ -42,6 +74,25 @@ def flatten_inputs(args: Sequence[Any], kwargs: dict[str, Any] | None) -> list[t
     return out
 
 
+def _stale_data_file(destination: Path) -> Path | None:
+    """The ``<name>.data`` an earlier save of ``destination`` wrote, which a save without
+    external data leaves orphaned; only a file the old model really referenced counts."""
+    data = destination.with_name(destination.name + ".data")
+    if not (data.is_file() and destination.is_file()):
+        return None
+    import onnx
+
+    try:
+        old = onnx.load(str(destination), load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable old file references nothing we know of
+        return None
+    for tensor in old.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == data.name:
+                return data
+    return None
+
+
 def _to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
@@ -51,6 +102,93 @@ def _to_numpy(x: Any) -> np.ndarray:
             return x.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
         return x.numpy()
     return np.asarray(x)
+
+
+class PlannedInput:
+    """One flattened user input of an exported program: a graph input, or a baked value."""
+
+    def __init__(self, name: str, baked: bool, value: Any = None, tensor: bool = False) -> None:
+        self.name = name
+        self.baked = baked
+        self.value = value
+        self.tensor = tensor  #: a tensor graph input (not a dynamic scalar)
+
+
+def input_plan(exported_program: torch.export.ExportedProgram) -> list[PlannedInput]:
+    """Per flattened user input, in torch.export's order: does it become a graph input?
+
+    The translation makes a graph input of every user input that torch.export traced (a tensor
+    or a dynamic scalar) and bakes in the rest (static Python scalars, None).
+    """
+    from torch.export import graph_signature as gs
+
+    placeholders = [n for n in exported_program.graph.nodes if n.op == "placeholder"]
+    plan = []
+    for node, spec in zip(placeholders, exported_program.graph_signature.input_specs):
+        if spec.kind != gs.InputKind.USER_INPUT:
+            continue
+        if isinstance(spec.arg, gs.ConstantArgument):
+            plan.append(PlannedInput(spec.arg.name, True, spec.arg.value))
+        elif node.meta.get("val") is None:
+            plan.append(PlannedInput(node.name, True, None))
+        else:
+            is_tensor = isinstance(node.meta["val"], torch.Tensor)
+            plan.append(PlannedInput(node.name, False, tensor=is_tensor))
+    return plan
+
+
+def _in_spec_order(program: ONNXProgram, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """kwargs in the order torch.export flattened them at export (a call may name them freely)."""
+    spec = program.exported_program.call_spec.in_spec if program.exported_program else None
+    try:
+        order = list(spec.child(1).context) if spec is not None else None
+    except (AttributeError, IndexError, TypeError):
+        order = None
+    if order is None or set(order) != set(kwargs):
+        return kwargs
+    return {k: kwargs[k] for k in order}
+
+
+def leaves_with_paths(tree: Any) -> list[tuple[tuple[Any, ...] | None, Any]]:
+    """pytree leaves with their key paths; None paths for a container registered without keys."""
+    try:
+        return pytree.tree_flatten_with_path(tree)[0]
+    except (ValueError, TypeError, NotImplementedError):
+        return [(None, leaf) for leaf in pytree.tree_leaves(tree)]
+
+
+def _where(path: tuple[Any, ...] | None) -> str:
+    """``args[1]`` or ``kwargs['n']`` for a leaf path of ``(args, kwargs)``."""
+    if path is None:
+        return "a flattened input"
+    return ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])
+
+
+def _same_baked(given: Any, baked: Any) -> bool:
+    if given is None or baked is None:
+        return given is baked
+    if isinstance(given, torch.Tensor) or isinstance(given, bool) != isinstance(baked, bool):
+        return False
+    try:
+        return bool(given == baked)
+    except Exception:  # noqa: BLE001 - values that cannot be compared are not the same
+        return False
+
+
+_SCALAR_NUMPY = {
+    ir.DataType.INT64: np.int64,
+    ir.DataType.INT32: np.int32,
+    ir.DataType.FLOAT: np.float32,
+    ir.DataType.DOUBLE: np.float64,
+    ir.DataType.BOOL: np.bool_,
+}
+
+
+def _feed(leaf: Any, value: ir.Value) -> np.ndarray:
+    if isinstance(leaf, torch.Tensor):
+        return _to_numpy(torch.view_as_real(leaf) if leaf.is_complex() else leaf)
+    # a dynamic Python scalar: the graph declares its ONNX type, numpy would pick 64-bit
+    return np.asarray(leaf, dtype=_SCALAR_NUMPY.get(value.dtype))
 
 
 def default_providers() -> list[str]:
@@ -114,6 +252,8 @@ class ONNXProgram:
         the file is still a valid model that takes its weights at run time.
         """
         destination = Path(destination)
+        if include_initializers:
+            self._require_weights(f"save {destination} with its weights")
         if not destination.parent.exists():
             raise FileNotFoundError(
                 f"cannot save to {destination}: folder {destination.parent} does not exist"
@@ -126,9 +266,8 @@ class ONNXProgram:
                     f"{os.readlink(path)}) and save never writes through one; remove the link "
                     "or save under another name"
                 )
-        total = _initializer_bytes(self.model)
         if external_data is None:
-            external_data = total > LARGE_MODEL_BYTES
+            external_data = not fits_one_protobuf(self.model)
         # Written in a private folder beside the target, then renamed into place: a rename
         # replaces a link planted meanwhile instead of following it, and a failed save leaves
         # no half-written model. The data file keeps its final name, which the model refers to
@@ -136,6 +275,7 @@ class ONNXProgram:
         staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
         try:
             staged = staging / destination.name
+            stale = None
             with self._io_view(include_initializers, keep_initializers_as_inputs):
                 big = [
                     v
@@ -150,15 +290,19 @@ class ONNXProgram:
                         size_threshold_bytes=EXTERNAL_DATA_THRESHOLD,
                     )
                 else:
-                    if total > LARGE_MODEL_BYTES and include_initializers:
+                    if include_initializers and not fits_one_protobuf(self.model):
+                        size = serialized_size_estimate(self.model)
                         raise ValueError(
-                            f"the model's weights take {total / 2**30:.1f} GiB, over protobuf's "
-                            f"2 GiB limit; save with external_data=True"
+                            f"the model serializes to about {size / 2**30:.2f} GiB, over "
+                            f"protobuf's 2 GiB limit; save with external_data=True"
                         )
+                    stale = _stale_data_file(destination)
                     ir.save(self.model, staged)
             if (staging / data_path.name).exists():
                 os.replace(staging / data_path.name, data_path)
             os.replace(staged, destination)
+            if stale is not None:
+                stale.unlink()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -191,8 +335,9 @@ class ONNXProgram:
         """Build the onnxruntime session now (``initializer(bytes_or_path) -> session``)."""
         if initializer is not None:
             self._session_factory = initializer
+        self._require_weights("run the model")
         self.release()
-        if _initializer_bytes(self.model) > LARGE_MODEL_BYTES:
+        if not fits_one_protobuf(self.model):
             self._tempdir = tempfile.TemporaryDirectory()
             path = os.path.join(self._tempdir.name, "model.onnx")
             self.save(path, external_data=True)
@@ -212,14 +357,67 @@ class ONNXProgram:
     def _feeds(
         self, session: Any, args: Sequence[Any], kwargs: dict[str, Any] | None
     ) -> dict[str, np.ndarray]:
-        flat = flatten_inputs(args, kwargs)
+        feeds = self.feeds(args, kwargs)
         names = [i.name for i in session.get_inputs()]
-        if len(flat) != len(names):
+        if list(feeds) != names:
             raise ValueError(
-                f"the model takes {len(names)} inputs ({names}) but {len(flat)} tensors were "
-                f"given after flattening"
+                f"the model takes {len(names)} inputs ({names}) but the arguments give "
+                f"{len(feeds)} ({list(feeds)})"
             )
-        return {n: _to_numpy(t) for n, t in zip(names, flat)}
+        return feeds
+
+    def feeds(self, args: Sequence[Any], kwargs: dict[str, Any] | None) -> dict[str, np.ndarray]:
+        """The graph-input feeds for a call with ``args``/``kwargs`` in the exported form.
+
+        Inputs that torch.export baked into the graph (Python scalars, None) get no graph input:
+        they are skipped, and a baked scalar passed with another value is an error, since the
+        graph would silently compute with the value it was exported with.
+        """
+        graph_inputs = list(self.model.graph.inputs)
+        plan = None if self.exported_program is None else input_plan(self.exported_program)
+        kwargs = dict(kwargs or {})
+        if plan is None:
+            flat = flatten_inputs(args, kwargs)
+            if len(flat) != len(graph_inputs):
+                raise ValueError(
+                    f"the model takes {len(graph_inputs)} inputs "
+                    f"({[v.name for v in graph_inputs]}) but {len(flat)} were given after "
+                    f"flattening"
+                )
+            return {v.name: _feed(t, v) for v, t in zip(graph_inputs, flat)}
+        leaves = leaves_with_paths((tuple(args), _in_spec_order(self, kwargs)))
+        if len(leaves) != len(plan):
+            raise ValueError(
+                f"the model was exported with {len(plan)} inputs after flattening "
+                f"({[p.name for p in plan]}) but {len(leaves)} were given; pass the inputs in "
+                f"the structure used at export"
+            )
+        feeds: dict[str, np.ndarray] = {}
+        graph_index = 0
+        for entry, (path, leaf) in zip(plan, leaves):
+            if entry.baked:
+                if not _same_baked(leaf, entry.value):
+                    raise ValueError(
+                        f"input {entry.name} ({_where(path)}) was exported with the "
+                        f"value {entry.value!r}, which torch.export baked into the graph; it "
+                        f"was called with {leaf!r}. Export again with that value, or make it "
+                        f"a graph input with dynamic_shapes (Dim.DYNAMIC for an int)."
+                    )
+                continue
+            if graph_index >= len(graph_inputs):
+                raise ValueError(
+                    f"the model takes {len(graph_inputs)} inputs but input {entry.name} has none"
+                )
+            value = graph_inputs[graph_index]
+            graph_index += 1
+            if leaf is None or not isinstance(leaf, (torch.Tensor, bool, int, float)):
+                raise ValueError(
+                    f"input {entry.name} ({_where(path)}) is a graph input "
+                    f"{value.name!r} but was given {type(leaf).__name__}; pass a tensor or "
+                    f"number"
+                )
+            feeds[value.name] = _feed(leaf, value)
+        return feeds
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model in onnxruntime (CUDA provider first when present)."""
@@ -232,10 +430,9 @@ class ONNXProgram:
         """Run the model with onnx's reference evaluator."""
         from onnx.reference import ReferenceEvaluator
 
+        self._require_weights("run the model")
         evaluator = ReferenceEvaluator(self.model_proto)
-        flat = flatten_inputs(args, kwargs)
-        names = [v.name for v in self.model.graph.inputs]
-        outs = evaluator.run(None, {n: _to_numpy(t) for n, t in zip(names, flat)})
+        outs = evaluator.run(None, self.feeds(args, kwargs))
         return [torch.from_numpy(np.asarray(o)) for o in outs]
 
     def compute_values(
@@ -249,6 +446,7 @@ class ONNXProgram:
         values = {v.name: v for v in ir.traversal.RecursiveGraphIterator(graph) for v in v.outputs}
         values.update({v.name: v for v in graph.inputs})
         values.update(graph.initializers)
+        self._require_weights("compute values")
         missing = [n for n in value_names if n not in values]
         if missing:
             raise KeyError(f"no values named {missing} in the model")
@@ -266,21 +464,70 @@ class ONNXProgram:
 
     # --------------------------------------------------------------- weights
     def apply_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replace initializer data by name (e.g. real weights after a fake-weight export)."""
+        """Replace initializer data by name (e.g. real weights after a fake-weight export).
+
+        A weight whose shape or dtype differs from the exported one is an error naming it: the
+        graph was built for the exported shapes and types.
+        """
         import warnings
 
+        from exporter import _dtypes
+        from exporter._errors import InvalidExportArgumentsError
+
         inits = self.model.graph.initializers
+        replacements = {}
         for name, tensor in state_dict.items():
             if name not in inits:
                 warnings.warn(
                     f"apply_weights: no initializer named {name!r}; skipped", stacklevel=2
                 )
                 continue
+            if not isinstance(tensor, torch.Tensor):
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: {name!r} is a {type(tensor).__name__}, not a tensor"
+                )
             t = tensor.detach()
             if t.is_complex():
                 t = torch.view_as_real(t)
+            want = inits[name]
+            want_shape = tuple(want.shape) if want.shape is not None else None
+            if want_shape is not None and tuple(t.shape) != want_shape:
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: {name!r} has shape {tuple(t.shape)} but the model was "
+                    f"exported with {want_shape}; pass the weights of the exported model"
+                )
+            if want.dtype is not None and _dtypes.to_ir(t.dtype) != want.dtype:
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: {name!r} has dtype {t.dtype} but the model was exported "
+                    f"with {want.dtype.name}; convert it with .to() first"
+                )
+            replacements[name] = t
+        # checked all before changing any, so a bad entry leaves the model as it was
+        for name, t in replacements.items():
             inits[name].const_value = ir.tensor_adapters.TorchTensor(t.contiguous(), name=name)
         self.release()
+
+    def meta_weights(self) -> list[str]:
+        """Initializers on the meta device: shapes without data, until apply_weights fills them."""
+        return [
+            name
+            for name, value in self.model.graph.initializers.items()
+            if isinstance(value.const_value, ir.tensor_adapters.TorchTensor)
+            and value.const_value.raw.is_meta
+        ]
+
+    def _require_weights(self, action: str) -> None:
+        missing = self.meta_weights()
+        if missing:
+            from exporter._errors import InvalidExportArgumentsError
+
+            shown = ", ".join(missing[:5]) + (
+                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            )
+            raise InvalidExportArgumentsError(
+                f"cannot {action}: the weights {shown} are on the meta device (shapes without "
+                f"data); call apply_weights(state_dict) with the real weights first"
+            )
 
     def optimize(self) -> None:
         """Clean up the graph with onnxscript's optimizer (constant folding, rewrites, CSE)."""

@@ -402,6 +402,13 @@ def _plan_second_shape(
     import sympy
 
     inputs = list(model.graph.inputs)
+    if program is not None:
+        from exporter._program import input_plan
+
+        # dynamic scalar inputs are graph inputs too; only tensors have dims to grow
+        fed = [entry for entry in input_plan(program) if not entry.baked]
+        if len(fed) == len(inputs):
+            inputs = [value for value, entry in zip(inputs, fed) if entry.tensor]
     if len(inputs) != len(tensors):
         return None
     ranges = _symbol_ranges(program, [t for _, t in tensors], inputs)
@@ -542,12 +549,10 @@ def run_checker(proto_or_model: Any) -> str:
 
     import onnx
 
-    from exporter._program import LARGE_MODEL_BYTES, _initializer_bytes
+    from exporter._program import fits_one_protobuf
 
     try:
-        if isinstance(proto_or_model, ir.Model) and (
-            _initializer_bytes(proto_or_model) > LARGE_MODEL_BYTES
-        ):
+        if isinstance(proto_or_model, ir.Model) and not fits_one_protobuf(proto_or_model):
             # Over protobuf's 2 GiB limit: the checker reads the model from disk instead.
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "model.onnx")
@@ -604,10 +609,8 @@ def _compare_run(
 
 
 def _feeds(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-    from exporter._program import _to_numpy, flatten_inputs
-
-    names = [v.name for v in program.model.graph.inputs]
-    return {n: _to_numpy(t) for n, t in zip(names, flatten_inputs(args, kwargs))}
+    # baked scalars have no graph input: the program skips them the way __call__ does
+    return program.feeds(args, kwargs)
 
 
 def verify_program(

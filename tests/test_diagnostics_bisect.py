@@ -10,7 +10,7 @@ import torch
 
 import exporter
 from exporter import bisect as bisect_mod
-from exporter._api import _registry_with
+from exporter._validate import registry_with as _registry_with
 from exporter.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten

@@ -113,9 +113,9 @@ def test_seed_dict_list_mlp(tmp_path):
     )
 
 
-def test_legacy_dynamic_axes_converted_with_deprecation_warning():
+def test_legacy_dynamic_axes_converted_with_a_warning():
     model = MLPModel().eval()
-    with pytest.warns(DeprecationWarning, match="dynamic_axes is deprecated"):
+    with pytest.warns(UserWarning, match="'dynamic_axes' is not recommended when dynamo=True"):
         program = exporter.export(
             model, (torch.rand(4, 8),), input_names=["x"], dynamic_axes={"x": {0: "batch"}}
         )

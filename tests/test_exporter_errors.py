@@ -101,26 +101,17 @@ def test_opset_out_of_range_or_wrong_type(opset):
     )
 
 
-def test_too_many_input_names():
-    _raises(
-        InvalidExportArgumentsError,
-        r"input_names has 2 names but the model has 1 input",
-        exporter.export,
-        AddOne(),
-        (X,),
-        input_names=["a", "b"],
-    )
+def test_extra_input_names_are_unused_with_a_warning():
+    # torch.onnx zips the names with the graph inputs and ignores the rest; we say so
+    with pytest.warns(UserWarning, match=r"input_names has 2 names but the graph has 1 input"):
+        program = exporter.export(AddOne().eval(), (X,), input_names=["a", "b"])
+    assert [v.name for v in program.model.graph.inputs] == ["a"]
 
 
-def test_too_many_output_names():
-    _raises(
-        InvalidExportArgumentsError,
-        r"output_names has 3 names but the model has 1 output",
-        exporter.export,
-        AddOne(),
-        (X,),
-        output_names=["a", "b", "c"],
-    )
+def test_extra_output_names_are_unused_with_a_warning():
+    with pytest.warns(UserWarning, match=r"extra names \['b', 'c'\] are not used"):
+        program = exporter.export(AddOne().eval(), (X,), output_names=["a", "b", "c"])
+    assert [v.name for v in program.model.graph.outputs] == ["a"]
 
 
 def test_duplicate_input_names():
@@ -206,7 +197,7 @@ def test_dynamic_shapes_and_dynamic_axes_together():
 
 
 def test_dynamic_axes_unknown_name():
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(UserWarning, match="'dynamic_axes' is not recommended"):
         _raises(
             InvalidExportArgumentsError,
             r"dynamic_axes names \['nope'\]",
