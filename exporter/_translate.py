@@ -14,7 +14,7 @@ from torch.export import graph_signature as gs
 
 from exporter import _dtypes, _errors, _metadata
 from exporter.ops._context import TranslationContext
-from exporter.ops._registry import Registry, Translation
+from exporter.ops._registry import COMPLEX_REGISTRY, Registry, Translation
 
 #: Key in ``model.graph.meta`` of the FX node name -> ONNX value name map.
 FX_VALUES_KEY = "exporter.fx_values"
@@ -89,10 +89,10 @@ def find_unsupported(graph_module: torch.fx.GraphModule, registry: Registry) -> 
     for node, target in fx_targets(graph_module):
         if target is operator.getitem or is_noop_target(target):
             continue
-        if lookup(registry, target) is None:
+        if lookup_for_node(registry, node, target) is None:
             missing.append(
                 {
-                    "target": _metadata.target_name(target),
+                    "target": _target_label(node, target),
                     "fx_node": node.name,
                     "source": _errors.user_source_line(node.meta.get("stack_trace")),
                 }
@@ -118,6 +118,26 @@ def lookup(registry: Registry, target: Any) -> Translation | None:
             if overload is not None:
                 return registry.get(overload)
     return None
+
+
+def lookup_for_node(registry: Registry, node: torch.fx.Node, target: Any) -> Translation | None:
+    """The translation for one node: a node that reads or produces a complex tensor gets a
+    custom translation or one from the complex table, never a real-only one."""
+    found = lookup(registry, target)
+    if (found is not None and found.custom) or not _touches_complex(node):
+        return found
+    return lookup(COMPLEX_REGISTRY, target)
+
+
+def _touches_complex(node: torch.fx.Node) -> bool:
+    metas = [node.meta.get("val")]
+    metas += [arg.meta.get("val") for arg in node.all_input_nodes]
+    return any(isinstance(meta, torch.Tensor) and meta.dtype.is_complex for meta in _flatten(metas))
+
+
+def _target_label(node: torch.fx.Node, target: Any) -> str:
+    name = _metadata.target_name(target)
+    return f"{name} on complex tensors" if _touches_complex(node) else name
 
 
 def _qualified_name(target: torch._ops.OpOverload) -> str:
@@ -396,13 +416,13 @@ class Translator:
         """Translate ``target(*args, **kwargs)`` for ``node`` whose output metadata is ``meta``."""
         if is_noop_target(target):
             return None
-        translation = lookup(self.registry, target)
+        translation = lookup_for_node(self.registry, node, target)
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
-                f"No translation for {_metadata.target_name(target)} (FX node {node.name})",
+                f"No translation for {_target_label(node, target)} (FX node {node.name})",
                 [
                     {
-                        "target": _metadata.target_name(target),
+                        "target": _target_label(node, target),
                         "fx_node": node.name,
                         "source": _errors.user_source_line(node.meta.get("stack_trace")),
                     }
