@@ -12,11 +12,10 @@ from typing import Any
 
 import torch
 
-from exporter import _capture, _decompose, _dynamic_shapes, _passes, _translate
+from exporter import _capture, _decompose, _dynamic_shapes, _opset_convert, _passes, _translate
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
 from exporter._program import ONNXProgram
 from exporter._record import ExportRecord
-from exporter.ops import _opsets
 from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
 
 _LEGACY_IGNORED = (
@@ -74,7 +73,7 @@ def export(
     try:
         _check_legacy(legacy)
         args_tuple, kwargs = _check_inputs(model, args, kwargs, dynamo)
-        opset = _check_opset(opset_version)
+        opset = _opset_convert.check(opset_version)
         record.opset = opset
         if report or dump_exported_program or profile:
             _check_artifacts_dir(report_dir)
@@ -224,6 +223,7 @@ def _export(
     _rename_io(model_ir, input_names, output_names)
     if not metadata:
         _passes.strip_metadata(model_ir)
+    model_ir = _opset_convert.convert_down(model_ir, opset)
     return ONNXProgram(model_ir, decomposed, record=record)
 
 
@@ -349,21 +349,6 @@ def _check_patches(patches: Any) -> None:
         raise InvalidExportArgumentsError(
             f"unknown capture_patches {unknown}; available: {sorted(CAPTURE_PATCHES)}"
         )
-
-
-def _check_opset(opset_version: Any) -> int:
-    if opset_version is None:
-        return _opsets.DEFAULT_OPSET
-    if not isinstance(opset_version, int) or isinstance(opset_version, bool):
-        raise InvalidExportArgumentsError(
-            f"opset_version must be an int, got {type(opset_version).__name__}"
-        )
-    if not _opsets.MIN_OPSET <= opset_version <= _opsets.MAX_OPSET:
-        raise InvalidExportArgumentsError(
-            f"opset_version {opset_version} is not supported; choose one from "
-            f"{_opsets.MIN_OPSET} to {_opsets.MAX_OPSET} (default {_opsets.DEFAULT_OPSET})"
-        )
-    return opset_version
 
 
 def _check_artifacts_dir(path: Path) -> None:

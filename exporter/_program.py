@@ -15,6 +15,8 @@ import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
 
+from exporter import _dtypes
+
 #: Above this many bytes of initializers a model no longer fits one protobuf (2 GiB limit).
 LARGE_MODEL_BYTES = 1536 * 1024 * 1024
 #: Tensors at least this big go to the external data file.
@@ -42,14 +44,7 @@ def flatten_inputs(args: Sequence[Any], kwargs: dict[str, Any] | None) -> list[t
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        if x.dtype == torch.bfloat16:
-            import ml_dtypes
-
-            return x.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-        return x.numpy()
-    return np.asarray(x)
+    return _dtypes.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def default_providers() -> list[str]:
@@ -205,8 +200,7 @@ class ONNXProgram:
         """Run the model in onnxruntime (CUDA provider first when present)."""
         if self._session is None:
             self.initialize_inference_session()
-        outs = self._session.run(None, self._feeds(self._session, args, kwargs))
-        return [torch.from_numpy(np.asarray(o)) for o in outs]
+        return _dtypes.run_session(self._session, self._feeds(self._session, args, kwargs))
 
     def call_reference(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model with onnx's reference evaluator."""
@@ -241,8 +235,7 @@ class ONNXProgram:
             graph.outputs.clear()
             graph.outputs.extend(saved)
         session = self._session_factory(proto.SerializeToString())
-        outs = session.run(None, self._feeds(session, args, kwargs))
-        return [torch.from_numpy(np.asarray(o)) for o in outs]
+        return _dtypes.run_session(session, self._feeds(session, args, kwargs))
 
     # --------------------------------------------------------------- weights
     def apply_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

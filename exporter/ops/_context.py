@@ -30,7 +30,7 @@ _BOOL_OUT = frozenset(
 _INT64_OUT = frozenset("Shape Size ArgMax ArgMin NonZero NonMaxSuppression".split())
 _SAME_AS_SECOND = frozenset(["Where"])
 _NO_PROPAGATION = frozenset(
-    "Cast CastLike Constant ConstantOfShape If Loop Scan TopK Unique QuantizeLinear "
+    "Cast BitCast CastLike Constant ConstantOfShape If Loop Scan TopK Unique QuantizeLinear "
     "DequantizeLinear RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial "
     "Bernoulli EyeLike SequenceConstruct SequenceAt SplitToSequence ConcatFromSequence "
     "OptionalHasElement Optional".split()
@@ -195,7 +195,7 @@ class TranslationContext:
     def _propagate_dtype(self, node: ir.Node, attrs: dict[str, Any]) -> None:
         op = node.op_type
         if node.domain not in ("", "ai.onnx") or op in _NO_PROPAGATION:
-            if op == "Cast":
+            if op in ("Cast", "BitCast"):
                 node.outputs[0].dtype = ir.DataType(attrs["to"])
             elif op == "CastLike" and node.inputs[1] is not None:
                 node.outputs[0].dtype = node.inputs[1].dtype
