@@ -74,6 +74,14 @@ def to_ir(dtype: torch.dtype) -> ir.DataType:
         ) from None
 
 
+#: float8 types whose torch conversion turns overflow into NaN or inf. ONNX's Cast saturates to
+#: the largest finite value unless ``saturate=0``; only float8_e4m3fn saturates in torch too.
+FLOAT8_OVERFLOW_NOT_SATURATED = frozenset(
+    [ir.DataType.FLOAT8E4M3FNUZ, ir.DataType.FLOAT8E5M2, ir.DataType.FLOAT8E5M2FNUZ]
+)
+FLOAT8_TYPES = FLOAT8_OVERFLOW_NOT_SATURATED | {ir.DataType.FLOAT8E4M3FN}
+
+
 def to_torch(dtype: ir.DataType | None) -> torch.dtype | None:
     if dtype is None:
         return None

@@ -71,6 +71,36 @@ def test_float8_exports_and_runs_through_call(dtype, case):
     _assert_same_bits(got, module(*args))
 
 
+OVERFLOWING = torch.tensor(
+    [1000.0, -1e6, float("inf"), float("-inf"), float("nan"), 0.3, 57344.0, 70000.0, 1e-9, -1e-9]
+)
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_cast_overflows_like_torch(dtype):
+    """torch saturates float8_e4m3fn but turns overflow into inf (e5m2) or NaN (the fnuz
+    types); ONNX's Cast saturates all of them unless told not to."""
+    module = Float8Output(dtype)
+    (got,) = exporter.export(module, (OVERFLOWING / 2,))(OVERFLOWING / 2)
+    _assert_same_bits(got, module(OVERFLOWING / 2))
+
+
+def test_float8_cast_below_opset_19_is_an_error_naming_the_opset():
+    with pytest.raises(exporter.OnnxExporterError, match="float8.*opset_version >= 19"):
+        exporter.export(Float8Output(torch.float8_e5m2), (OVERFLOWING,), opset_version=18)
+
+
+class Float8Empty(torch.nn.Module):
+    def forward(self, x):
+        return torch.empty(x.shape[0], 2, dtype=torch.float8_e5m2)
+
+
+def test_float8_empty_has_the_shape_and_dtype_of_eager():
+    x = torch.randn(3, 4)
+    (got,) = exporter.export(Float8Empty(), (x,))(x)
+    assert got.dtype == torch.float8_e5m2 and got.shape == (3, 2)
+
+
 @pytest.mark.parametrize("case", ["input", "zeros_and_weight"])
 def test_float8_torch_onnx_side_by_side(case):
     module, args = _float8_cases(torch.float8_e4m3fn)[case]

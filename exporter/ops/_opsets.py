@@ -30,6 +30,7 @@ INTRODUCED_IN: dict[str, int] = {
     "Mish": 18,
     "Pad-axes": 18,
     "DeformConv": 19,
+    "Cast-float8": 19,  # float8 types, and Cast's saturate attribute for them
     "Gelu": 20,
     "GridSample-nd": 20,
     "AffineGrid": 20,
