@@ -133,15 +133,32 @@ def div(ctx, self, other):
     if not _is_complex(ctx, other):
         return ctx.op.Div(a, _as_real_factor(ctx, other, dtype))
     b = _as_pair(ctx, other, dtype)
-    # a / b = a * conj(b) / |b|^2, with b scaled by its larger part first so |b|^2 neither
-    # overflows nor underflows (torch's result for 1e30 / 1e30j is finite).
-    scale = ctx.op.Max(ctx.op.Abs(_part(ctx, b, 0)), ctx.op.Abs(_part(ctx, b, 1)))
-    scale = ctx.op.Unsqueeze(scale, [-1])
-    b_scaled = ctx.op.Div(b, scale)
-    conj_b = ctx.op.Mul(b_scaled, ctx.const([1, -1], dtype))
-    numerator = _product(ctx, a, conj_b, "Mul")
-    norm = ctx.op.ReduceSum(ctx.op.Mul(b_scaled, b_scaled), ctx.const([-1], torch.int64))
-    return ctx.op.Div(ctx.op.Div(numerator, norm), scale)
+    return _quotient(ctx, a, b)
+
+
+def _quotient(ctx, x: ir.Value, y: ir.Value) -> ir.Value:
+    """(a + bi) / (c + di) the way torch (and numpy) divide: scaled by the larger of |c|, |d|
+    so nothing overflows, and a zero divisor gives a complex inf or NaN like a / 0."""
+    a, b, c, d = _part(ctx, x, 0), _part(ctx, x, 1), _part(ctx, y, 0), _part(ctx, y, 1)
+    op = ctx.op
+    abs_c, abs_d = op.Abs(c), op.Abs(d)
+    # |c| >= |d|: with r = d / c and s = 1 / (c + d r), (a + b r) s + (b - a r) s i.
+    rat = op.Div(d, c)
+    scale = op.Reciprocal(op.Add(c, op.Mul(d, rat)))
+    c_larger = _stack(
+        ctx, op.Mul(op.Add(a, op.Mul(b, rat)), scale), op.Mul(op.Sub(b, op.Mul(a, rat)), scale)
+    )
+    # |d| > |c|: with r = c / d and s = 1 / (d + c r), (a r + b) s + (b r - a) s i.
+    rat = op.Div(c, d)
+    scale = op.Reciprocal(op.Add(d, op.Mul(c, rat)))
+    d_larger = _stack(
+        ctx, op.Mul(op.Add(op.Mul(a, rat), b), scale), op.Mul(op.Sub(op.Mul(b, rat), a), scale)
+    )
+    by_zero = _stack(ctx, op.Div(a, abs_c), op.Div(b, abs_d))
+    zero = ctx.const(0, ctx.dtype(c))
+    divisor_zero = op.And(op.Equal(abs_c, zero), op.Equal(abs_d, zero))
+    pick = op.Unsqueeze(op.GreaterOrEqual(abs_c, abs_d), [-1])
+    return op.Where(op.Unsqueeze(divisor_zero, [-1]), by_zero, op.Where(pick, c_larger, d_larger))
 
 
 @translates_complex(aten.neg.default)
@@ -164,6 +181,40 @@ def abs_(ctx, self):
 @translates_complex(aten.angle.default)
 def angle(ctx, self):
     return elementwise.atan2(ctx, _part(ctx, self, 1), _part(ctx, self, 0))
+
+
+def _polar_power(ctx, z: ir.Value, exponent: float) -> ir.Value:
+    """z ** exponent on the principal branch: |z|^p (cos p*angle, sin p*angle)."""
+    magnitude = ctx.op.Pow(abs_(ctx, z), ctx.const(exponent, ctx.dtype(z)))
+    phase = ctx.op.Mul(angle(ctx, z), ctx.const(exponent, ctx.dtype(z)))
+    return _stack(
+        ctx, ctx.op.Mul(magnitude, ctx.op.Cos(phase)), ctx.op.Mul(magnitude, ctx.op.Sin(phase))
+    )
+
+
+@translates_complex(aten.pow.Tensor_Scalar)
+def pow_(ctx, self, exponent):
+    if isinstance(exponent, complex) or isinstance(exponent, ir.Value):
+        raise NotImplementedError(
+            "a complex tensor to a complex or tensor power is not exported; only real "
+            "Python-number exponents are"
+        )
+    z = ctx.cast(self, _work_dtype(ctx))
+    if exponent == 1:
+        return ctx.op.Identity(z)
+    if exponent == 2:  # exact, as torch's own square of a complex number
+        return _product(ctx, z, z, "Mul")
+    return _polar_power(ctx, z, float(exponent))
+
+
+@translates_complex(aten.sqrt.default)
+def sqrt(ctx, self):
+    return _polar_power(ctx, self, 0.5)
+
+
+@translates_complex(aten.reciprocal.default)
+def reciprocal(ctx, self):
+    return div(ctx, 1.0, self)
 
 
 @translates_complex(aten.exp.default)
