@@ -12,7 +12,15 @@ from typing import Any
 
 import torch
 
-from exporter import _capture, _decompose, _dynamic_shapes, _passes, _translate, _validate
+from exporter import (
+    _capture,
+    _decompose,
+    _dynamic_shapes,
+    _opset_convert,
+    _passes,
+    _translate,
+    _validate,
+)
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
 from exporter._program import ONNXProgram, input_plan
 from exporter._record import ExportRecord
@@ -64,7 +72,7 @@ def export(
     try:
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
-        opset = _validate.check_opset(opset_version)
+        opset = _opset_convert.check(opset_version)
         record.opset = opset
         _validate.check_verify(verify)
         if report or dump_exported_program or profile:
@@ -232,6 +240,9 @@ def _export(
     _validate.apply_io_names(model_ir, input_names, output_names, input_plan(decomposed))
     if not metadata:
         _passes.strip_metadata(model_ir)
+    # Last, after optimizing and naming: an opset older than the op library is reached by
+    # ONNX's version converter, which returns a new model.
+    program.model = _opset_convert.convert_down(model_ir, opset)
     return program
 
 

@@ -1,9 +1,16 @@
-"""torch dtype <-> ONNX (onnx_ir) data type."""
+"""torch dtype <-> ONNX (onnx_ir) data type, and tensors in and out of onnxruntime."""
 
 from __future__ import annotations
 
+import ctypes
+from typing import Any
+
+import ml_dtypes
+import numpy as np
 import onnx_ir as ir
 import torch
+
+from exporter._errors import OnnxExporterError
 
 TORCH_TO_IR: dict[torch.dtype, ir.DataType] = {
     torch.float32: ir.DataType.FLOAT,
@@ -36,11 +43,43 @@ COMPLEX_TO_REAL = {
 }
 
 
+#: Why a torch dtype has no ONNX counterpart the exporter emits, and what to do instead.
+_UNSUPPORTED_WHY = {
+    torch.float8_e8m0fnu: (
+        "ONNX's FLOAT8E8M0 exists, but onnxruntime has no kernel that reads or writes it"
+    ),
+    torch.float4_e2m1fn_x2: (
+        "it packs two float4 values into each element, while ONNX's FLOAT4E2M1 holds one per "
+        "element, and onnxruntime has no kernel that computes on it"
+    ),
+}
+
+
+class UnsupportedDtypeError(OnnxExporterError, TypeError):
+    """A tensor of a torch dtype the exported model cannot carry."""
+
+    stage = "translation"
+
+
 def to_ir(dtype: torch.dtype) -> ir.DataType:
     try:
         return TORCH_TO_IR[dtype]
     except KeyError:
-        raise TypeError(f"torch dtype {dtype} has no ONNX equivalent") from None
+        why = _UNSUPPORTED_WHY.get(dtype, "ONNX has no data type for it")
+        raise UnsupportedDtypeError(
+            f"torch dtype {dtype} cannot be exported: {why}. Keep such tensors out of the "
+            f"exported graph's inputs, outputs, weights and computations, or view or cast them "
+            f"to a supported dtype (for example tensor.view(torch.uint8) for the raw bytes, or "
+            f"a float8 type such as torch.float8_e4m3fn)."
+        ) from None
+
+
+#: float8 types whose torch conversion turns overflow into NaN or inf. ONNX's Cast saturates to
+#: the largest finite value unless ``saturate=0``; only float8_e4m3fn saturates in torch too.
+FLOAT8_OVERFLOW_NOT_SATURATED = frozenset(
+    [ir.DataType.FLOAT8E4M3FNUZ, ir.DataType.FLOAT8E5M2, ir.DataType.FLOAT8E5M2FNUZ]
+)
+FLOAT8_TYPES = FLOAT8_OVERFLOW_NOT_SATURATED | {ir.DataType.FLOAT8E4M3FN}
 
 
 def to_torch(dtype: ir.DataType | None) -> torch.dtype | None:
@@ -60,3 +99,75 @@ def is_int(dtype: torch.dtype | None) -> bool:
         and not dtype.is_complex
         and (dtype is not torch.bool)
     )
+
+
+# ------------------------------------------------------------------- onnxruntime boundary
+#: Types numpy lacks, as ml_dtypes arrays (bfloat16 and the float8 types onnxruntime runs).
+TORCH_TO_ML_DTYPES = {
+    torch.bfloat16: ml_dtypes.bfloat16,
+    torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+    torch.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
+    torch.float8_e5m2: ml_dtypes.float8_e5m2,
+    torch.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
+}
+#: ml_dtypes array dtype -> (torch dtype, ONNX type) for raw-byte transfers through OrtValues.
+_ML_DTYPES = {
+    np.dtype(ml_type): (dtype, TORCH_TO_IR[dtype]) for dtype, ml_type in TORCH_TO_ML_DTYPES.items()
+}
+#: onnxruntime's Python API takes and returns float8 only as OrtValues of raw bytes.
+_ORT_FLOAT8 = {ml: pair for ml, pair in _ML_DTYPES.items() if ml.itemsize == 1}
+_ORT_FLOAT8_BY_TYPE = {int(onnx_type): dtype for dtype, onnx_type in _ORT_FLOAT8.values()}
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks)."""
+    tensor = tensor.detach().cpu()
+    ml_type = TORCH_TO_ML_DTYPES.get(tensor.dtype)
+    if ml_type is not None:
+        raw = torch.uint16 if tensor.element_size() == 2 else torch.uint8
+        return tensor.view(raw).numpy().view(ml_type)
+    if tensor.dtype not in TORCH_TO_IR:
+        to_ir(tensor.dtype)  # raises the error that names the dtype
+    return tensor.numpy()
+
+
+def from_numpy(array: Any) -> torch.Tensor:
+    """A torch tensor of an onnxruntime result (ml_dtypes arrays and ulonglong included)."""
+    array = np.asarray(array)
+    if array.dtype in _ML_DTYPES:
+        raw = np.uint16 if array.dtype.itemsize == 2 else np.uint8
+        return torch.from_numpy(array.view(raw).copy()).view(_ML_DTYPES[array.dtype][0])
+    if array.dtype.kind in "iu":
+        # numpy's longlong/ulonglong are distinct from int64/uint64, which torch wants.
+        array = array.view(f"{array.dtype.kind}{array.dtype.itemsize}")
+    return torch.from_numpy(array)
+
+
+def run_session(session: Any, feeds: dict[str, np.ndarray]) -> list[torch.Tensor]:
+    """``session.run`` with torch results, float8 inputs and outputs included."""
+    outputs_float8 = any("float8" in o.type for o in session.get_outputs())
+    if not outputs_float8 and not any(a.dtype in _ORT_FLOAT8 for a in feeds.values()):
+        return [from_numpy(o) for o in session.run(None, feeds)]
+    import onnxruntime as ort
+
+    values = {}
+    for name, array in feeds.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype in _ML_DTYPES:
+            raw = array.view(np.uint16 if array.dtype.itemsize == 2 else np.uint8)
+            onnx_type = int(_ML_DTYPES[array.dtype][1])
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_type)
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+    names = [o.name for o in session.get_outputs()]
+    return [_from_ortvalue(v) for v in session.run_with_ort_values(names, values)]
+
+
+def _from_ortvalue(value: Any) -> torch.Tensor:
+    dtype = _ORT_FLOAT8_BY_TYPE.get(value.element_type())
+    if dtype is None:
+        return from_numpy(value.numpy())
+    size = value.tensor_size_in_bytes()
+    raw = bytearray((ctypes.c_uint8 * size).from_address(value.data_ptr())) if size else b""
+    data = torch.frombuffer(raw, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+    return data.view(dtype).reshape(value.shape())

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
+from exporter import _dtypes
+
 
 def finalize(model: ir.Model) -> None:
-    """Always-on structural fixes: outputs produced in-graph, unique names, no dead nodes."""
+    """Always-on structural fixes: outputs produced in-graph, unique names, no dead nodes, fills
+    onnxruntime can load."""
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
         common.OutputFixPass(),
         common.NameFixPass(),
     )(model)
+    widen_float8_fills(model)
 
 
 def forget_static_dims(model: ir.Model) -> None:
@@ -40,6 +45,28 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     if keep_functions is None:
         keep_functions = bool(model.functions)
     onnxscript.optimizer.optimize_ir(model, inline=not keep_functions)
+    # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
+    widen_float8_fills(model)
+
+
+def widen_float8_fills(model: ir.Model) -> None:
+    """onnxruntime cannot load a ConstantOfShape with a float8 fill: fill in float32, then
+    Cast (the fill value is a float8 value, so the cast is exact)."""
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        attr = node.attributes.get("value")
+        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not attr:
+            continue
+        fill = attr.as_tensor()
+        if fill.dtype not in _dtypes.FLOAT8_TYPES:
+            continue
+        wide = ir.tensor(np.asarray(fill.numpy(), dtype=np.float32))
+        widened = ir.node("ConstantOfShape", inputs=list(node.inputs), attributes={"value": wide})
+        cast = ir.node("Cast", inputs=widened.outputs, attributes={"to": fill.dtype})
+        cast.outputs[0].dtype = fill.dtype
+        cast.outputs[0].shape = node.outputs[0].shape
+        ir.convenience.replace_nodes_and_values(
+            node.graph, node, [node], [widened, cast], node.outputs, cast.outputs
+        )
 
 
 def strip_metadata(model: ir.Model) -> None:

@@ -16,6 +16,8 @@ import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
 
+from exporter import _dtypes
+
 #: Tensors at least this big go to the external data file.
 EXTERNAL_DATA_THRESHOLD = 1024
 
@@ -94,14 +96,7 @@ def _stale_data_file(destination: Path) -> Path | None:
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        if x.dtype == torch.bfloat16:
-            import ml_dtypes
-
-            return x.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-        return x.numpy()
-    return np.asarray(x)
+    return _dtypes.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 class PlannedInput:
@@ -423,8 +418,7 @@ class ONNXProgram:
         """Run the model in onnxruntime (CUDA provider first when present)."""
         if self._session is None:
             self.initialize_inference_session()
-        outs = self._session.run(None, self._feeds(self._session, args, kwargs))
-        return [torch.from_numpy(np.asarray(o)) for o in outs]
+        return _dtypes.run_session(self._session, self._feeds(self._session, args, kwargs))
 
     def call_reference(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model with onnx's reference evaluator."""
@@ -459,8 +453,7 @@ class ONNXProgram:
             graph.outputs.clear()
             graph.outputs.extend(saved)
         session = self._session_factory(proto.SerializeToString())
-        outs = session.run(None, self._feeds(session, args, kwargs))
-        return [torch.from_numpy(np.asarray(o)) for o in outs]
+        return _dtypes.run_session(session, self._feeds(session, args, kwargs))
 
     # --------------------------------------------------------------- weights
     def apply_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -12,9 +12,9 @@ import sympy
 import torch
 from torch.export import graph_signature as gs
 
-from exporter import _dtypes, _errors, _metadata
+from exporter import _dtypes, _errors, _metadata, _opset_convert
 from exporter.ops._context import TranslationContext
-from exporter.ops._registry import Registry, Translation
+from exporter.ops._registry import COMPLEX_REGISTRY, Registry, Translation
 
 #: Key in ``model.graph.meta`` of the FX node name -> ONNX value name map.
 FX_VALUES_KEY = "exporter.fx_values"
@@ -84,15 +84,20 @@ def _feeding_only_assertions(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
 
 
 def find_unsupported(graph_module: torch.fx.GraphModule, registry: Registry) -> list[dict]:
-    """Every FX node whose target has no translation, with its user source line."""
+    """Every FX node whose target has no translation, with its user source line.
+
+    A tensor of a dtype ONNX cannot carry (float4_e2m1fn_x2, float8_e8m0fnu) is an error naming
+    the dtype and the first node holding one, before any op is looked at.
+    """
+    _check_dtypes(graph_module)
     missing = []
     for node, target in fx_targets(graph_module):
         if target is operator.getitem or is_noop_target(target):
             continue
-        if lookup(registry, target) is None:
+        if lookup_for_node(registry, node, target) is None:
             missing.append(
                 {
-                    "target": _metadata.target_name(target),
+                    "target": _target_label(node, target),
                     "fx_node": node.name,
                     "source": _errors.user_source_line(node.meta.get("stack_trace")),
                 }
@@ -118,6 +123,49 @@ def lookup(registry: Registry, target: Any) -> Translation | None:
             if overload is not None:
                 return registry.get(overload)
     return None
+
+
+def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
+    for node in graph_module.graph.nodes:
+        for meta in _flatten([node.meta.get("val")]):
+            if not isinstance(meta, torch.Tensor):
+                continue
+            dtype = _dtypes.COMPLEX_TO_REAL.get(meta.dtype, meta.dtype)
+            if dtype in _dtypes.TORCH_TO_IR:
+                continue
+            source = _errors.user_source_line(node.meta.get("stack_trace"))
+            try:
+                _dtypes.to_ir(dtype)
+            except _dtypes.UnsupportedDtypeError as exc:
+                where = f" at {source}" if source else ""
+                kind = "input" if node.op == "placeholder" else "value"
+                raise _dtypes.UnsupportedDtypeError(
+                    f"FX {kind} {node.name}{where} is a {dtype} tensor. {exc}"
+                ) from None
+        if node.op == "get_attr":
+            sub = getattr(graph_module, node.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                _check_dtypes(sub)
+
+
+def lookup_for_node(registry: Registry, node: torch.fx.Node, target: Any) -> Translation | None:
+    """The translation for one node: a node that reads or produces a complex tensor gets a
+    custom translation or one from the complex table, never a real-only one."""
+    found = lookup(registry, target)
+    if (found is not None and found.custom) or not _touches_complex(node):
+        return found
+    return lookup(COMPLEX_REGISTRY, target)
+
+
+def _touches_complex(node: torch.fx.Node) -> bool:
+    metas = [node.meta.get("val")]
+    metas += [arg.meta.get("val") for arg in node.all_input_nodes]
+    return any(isinstance(meta, torch.Tensor) and meta.dtype.is_complex for meta in _flatten(metas))
+
+
+def _target_label(node: torch.fx.Node, target: Any) -> str:
+    name = _metadata.target_name(target)
+    return f"{name} on complex tensors" if _touches_complex(node) else name
 
 
 def _qualified_name(target: torch._ops.OpOverload) -> str:
@@ -165,7 +213,8 @@ class GraphScope:
 
     @property
     def opset(self) -> int:
-        return self.translator.opset
+        """The opset the user asked for: translations choose their ONNX operators by it."""
+        return self.translator.target_opset
 
     def append(self, node: ir.Node) -> None:
         self.graph.append(node)
@@ -261,12 +310,15 @@ class Translator:
         self, registry: Registry, opset: int, *, metadata: bool, names: SymbolNames, root_class: str
     ) -> None:
         self.registry = registry
-        self.opset = opset
+        #: Below the op library's oldest opset, nodes are written at that opset and avoid the
+        #: operators the requested one lacks, so ONNX's version converter can take them down.
+        self.target_opset = opset
+        self.opset = _opset_convert.translation_opset(opset)
         self.metadata = metadata
         self.names = names
         self.root_class = root_class
         self.value_meta: dict[ir.Value, Any] = {}
-        self.opset_imports: dict[str, int] = {"": opset}
+        self.opset_imports: dict[str, int] = {"": self.opset}
         self.functions: dict[tuple[str, str, str], ir.Function] = {}
         self._used_names: set[str] = set()
         self._counter = 0
@@ -396,13 +448,13 @@ class Translator:
         """Translate ``target(*args, **kwargs)`` for ``node`` whose output metadata is ``meta``."""
         if is_noop_target(target):
             return None
-        translation = lookup(self.registry, target)
+        translation = lookup_for_node(self.registry, node, target)
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
-                f"No translation for {_metadata.target_name(target)} (FX node {node.name})",
+                f"No translation for {_target_label(node, target)} (FX node {node.name})",
                 [
                     {
-                        "target": _metadata.target_name(target),
+                        "target": _target_label(node, target),
                         "fx_node": node.name,
                         "source": _errors.user_source_line(node.meta.get("stack_trace")),
                     }

@@ -19,7 +19,6 @@ from torch.utils import _pytree as pytree
 
 from exporter._errors import InvalidExportArgumentsError
 from exporter._program import PROTOBUF_LIMIT_BYTES
-from exporter.ops import _opsets
 from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
 
 LEGACY_IGNORED = (
@@ -134,21 +133,6 @@ def check_patches(patches: Any) -> None:
         raise InvalidExportArgumentsError(
             f"unknown capture_patches {unknown}; available: {sorted(CAPTURE_PATCHES)}"
         )
-
-
-def check_opset(opset_version: Any) -> int:
-    if opset_version is None:
-        return _opsets.DEFAULT_OPSET
-    if not isinstance(opset_version, int) or isinstance(opset_version, bool):
-        raise InvalidExportArgumentsError(
-            f"opset_version must be an int, got {type(opset_version).__name__}"
-        )
-    if not _opsets.MIN_OPSET <= opset_version <= _opsets.MAX_OPSET:
-        raise InvalidExportArgumentsError(
-            f"opset_version {opset_version} is not supported; choose one from "
-            f"{_opsets.MIN_OPSET} to {_opsets.MAX_OPSET} (default {_opsets.DEFAULT_OPSET})"
-        )
-    return opset_version
 
 
 def check_verify(verify: Any) -> None:

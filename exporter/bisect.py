@@ -469,7 +469,7 @@ def _bisect_model(
     rtol: float,
     atol: float,
 ) -> BisectionResult:
-    from exporter._translate import lookup
+    from exporter._translate import lookup_for_node
 
     mapping = model.graph.meta.get(FX_VALUES_KEY, {})
     present = _node_outputs(model.graph)
@@ -512,7 +512,7 @@ def _bisect_model(
         )
         divergent.append(comparison)
         if first is None:
-            translation = lookup(registry, node.target)
+            translation = lookup_for_node(registry, node, node.target)
             inputs = [
                 a.name
                 for a in map(_through_getitem, node.all_input_nodes)

@@ -30,7 +30,7 @@ _BOOL_OUT = frozenset(
 _INT64_OUT = frozenset("Shape Size ArgMax ArgMin NonZero NonMaxSuppression".split())
 _SAME_AS_SECOND = frozenset(["Where"])
 _NO_PROPAGATION = frozenset(
-    "Cast CastLike Constant ConstantOfShape If Loop Scan TopK Unique QuantizeLinear "
+    "Cast BitCast CastLike Constant ConstantOfShape If Loop Scan TopK Unique QuantizeLinear "
     "DequantizeLinear RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial "
     "Bernoulli EyeLike SequenceConstruct SequenceAt SplitToSequence ConcatFromSequence "
     "OptionalHasElement Optional".split()
@@ -158,6 +158,8 @@ class TranslationContext:
         while ir_inputs and ir_inputs[-1] is None:
             ir_inputs.pop()
         attrs = {k: v for k, v in attributes.items() if v is not None}
+        if op_type == "Cast" and not domain:
+            attrs = self._float8_cast_attributes(attrs)
         node = ir.Node(
             domain,
             op_type,
@@ -192,10 +194,23 @@ class TranslationContext:
             f"ir.Value, or wrap constants with ctx.const(value, dtype) so the dtype is explicit"
         )
 
+    def _float8_cast_attributes(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        to = ir.DataType(attrs["to"])
+        if to not in _dtypes.FLOAT8_TYPES:
+            return attrs
+        if not self.has("Cast-float8"):
+            raise NotImplementedError(
+                f"a cast to {_dtypes.to_torch(to)} needs ONNX's float8 types, which opset "
+                f"{self.opset} does not have; export with opset_version >= 19"
+            )
+        if to in _dtypes.FLOAT8_OVERFLOW_NOT_SATURATED and "saturate" not in attrs:
+            return {**attrs, "saturate": 0}
+        return attrs
+
     def _propagate_dtype(self, node: ir.Node, attrs: dict[str, Any]) -> None:
         op = node.op_type
         if node.domain not in ("", "ai.onnx") or op in _NO_PROPAGATION:
-            if op == "Cast":
+            if op in ("Cast", "BitCast"):
                 node.outputs[0].dtype = ir.DataType(attrs["to"])
             elif op == "CastLike" and node.inputs[1] is not None:
                 node.outputs[0].dtype = node.inputs[1].dtype

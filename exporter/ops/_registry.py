@@ -71,6 +71,12 @@ class Registry:
 #: The registry our op library fills at import time.
 DEFAULT_REGISTRY = Registry()
 
+#: Translations for nodes that read or produce complex tensors (carried as real pairs with a
+#: trailing axis of 2). A node touching a complex tensor uses only this table (or a custom
+#: translation): a real-only translation would treat the pair axis as data and compute
+#: something else, so it is never used for it.
+COMPLEX_REGISTRY = Registry()
+
 
 def _overloads(target: Any) -> Iterable[Target]:
     """An OpOverloadPacket stands for all of its overloads; anything else for itself.
@@ -85,16 +91,24 @@ def _overloads(target: Any) -> Iterable[Target]:
         yield target
 
 
-def translates(*targets: Target) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``fn`` as the translation of each target (overload or packet)."""
-
+def _registering(registry: Registry, targets: tuple[Target, ...]) -> Callable[..., Any]:
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         for target in targets:
             for overload in _overloads(target):
-                DEFAULT_REGISTRY.add(overload, Translation(fn=fn, target=overload))
+                registry.add(overload, Translation(fn=fn, target=overload))
         return fn
 
     return decorator
+
+
+def translates(*targets: Target) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``fn`` as the translation of each target (overload or packet)."""
+    return _registering(DEFAULT_REGISTRY, targets)
+
+
+def translates_complex(*targets: Target) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``fn`` as the translation of each target when complex tensors meet."""
+    return _registering(COMPLEX_REGISTRY, targets)
 
 
 def register(target: Target, fn: Callable[..., Any], registry: Registry | None = None) -> None:

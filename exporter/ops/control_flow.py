@@ -32,7 +32,9 @@ def cond(ctx, pred, true_graph, false_graph, operands):
 
 @translates(higher_order.while_loop)
 def while_loop(ctx, cond_graph, body_graph, carried_inputs, additional_inputs):
-    carried = list(carried_inputs)
+    # A Python number carried through the loop (torch.export keeps `0` as a literal) becomes a
+    # 0-d tensor of the dtype its SymInt/SymFloat/SymBool results get.
+    carried = [_scalar_carry(ctx, v) for v in carried_inputs]
     extra = list(additional_inputs)
     first = _as_tuple(ctx.inline(cond_graph, carried + extra))[0]
     keep_going = ctx.cast(first, torch.bool)
@@ -40,12 +42,27 @@ def while_loop(ctx, cond_graph, body_graph, carried_inputs, additional_inputs):
     body = ctx.child("loop_body")
     body.input(torch.empty((), dtype=torch.int64), "iteration")
     body.input(torch.empty((), dtype=torch.bool), "condition")
-    state = [body.input(ctx.meta(v), f"{v.name}_state") for v in carried]
+    state = [body.input(_carry_meta(ctx, v), f"{v.name}_state") for v in carried]
     updated = list(_as_tuple(body.inline(body_graph, state + extra)))
     again = body.cast(_as_tuple(body.inline(cond_graph, updated + extra))[0], torch.bool)
     graph = body.finish([again, *updated])
     # No trip count: the loop runs while the condition holds, as torch's while_loop does.
     return _as_tuple(ctx.op.Loop(None, keep_going, *carried, body=graph, _outputs=len(carried)))
+
+
+def _scalar_carry(ctx, value):
+    if isinstance(value, bool):
+        return ctx.const(value, torch.bool)
+    if isinstance(value, int):
+        return ctx.const(value, torch.int64)
+    if isinstance(value, float):
+        return ctx.const(value, torch.float32)
+    return value
+
+
+def _carry_meta(ctx, value):
+    meta = ctx.meta(value)
+    return torch.empty((), dtype=ctx.dtype(value)) if meta is None else meta
 
 
 @translates(higher_order.scan)

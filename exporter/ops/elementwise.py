@@ -120,6 +120,30 @@ def convert(ctx, x: ir.Value, dtype: torch.dtype | None) -> ir.Value:
     return ctx.op.Cast(x, to=_dtypes.to_ir(_dtypes.COMPLEX_TO_REAL.get(dtype, dtype)))
 
 
+#: dtypes onnxruntime's BitCast kernel reads and writes.
+_BITCAST_DTYPES = frozenset(
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+    + [torch.int8, torch.int16, torch.int32, torch.int64]
+    + [torch.uint8, torch.uint16, torch.uint32, torch.uint64]
+)
+
+
+@translates(aten.view.dtype)
+def view_dtype(ctx, self, dtype):
+    source = ctx.dtype(self)
+    if source == dtype:
+        return ctx.op.Identity(self)
+    if source.itemsize != dtype.itemsize or not {source, dtype} <= _BITCAST_DTYPES:
+        raise NotImplementedError(
+            f"tensor.view({dtype}) of a {source} tensor is not exported: only a reinterpretation "
+            f"between same-size dtypes onnxruntime's BitCast runs "
+            f"({', '.join(sorted(str(d) for d in _BITCAST_DTYPES))}) is; use a cast (.to) or "
+            f"arithmetic instead"
+        )
+    _needs_opset(ctx, "BitCast", f"tensor.view({dtype})")
+    return ctx.op.BitCast(self, to=_dtypes.to_ir(dtype))
+
+
 # alias/alias_copy live with the views in shape.py.
 @translates(
     aten.clone.default,

@@ -1,8 +1,8 @@
 """``aten.hash_tensor``: the XOR of the 64-bit patterns of the values, as uint64.
 
 ATen widens each value to 64 bits first (floats to float64, integers and bool to int64) and
-XORs the bit patterns. ONNX below opset 26 has no bit reinterpretation (BitCast) nor an XOR
-reduction, so both are built from exact arithmetic:
+XORs the bit patterns. ONNX has no XOR reduction, and below opset 26 no bit reinterpretation
+(BitCast) either, so the patterns there are built from exact arithmetic too:
 
 * a float64's pattern is rebuilt from its sign, exponent and significand, each computed
   exactly (scaling by a power of two and subtracting 1 lose nothing); zeros keep their sign,
@@ -37,6 +37,8 @@ _SMALLEST_NORMAL_EXPONENT = -1022
 
 def _float64_bits(ctx, x: ir.Value) -> ir.Value:
     """The IEEE-754 bit pattern of float64 ``x`` as int64 (two's complement)."""
+    if ctx.has("BitCast"):
+        return ctx.op.BitCast(x, to=ir.DataType.INT64)
     zero = ctx.const(0.0, f64)
     one = ctx.const(1.0, f64)
     magnitude = ctx.op.Abs(x)

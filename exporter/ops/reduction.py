@@ -500,6 +500,8 @@ def cumprod(ctx, self, dim, *, dtype=None):
         return ctx.op.Identity(x)
     work = _scan_work(out)
     x = ctx.cast(x, work)
+    if ctx.has("CumProd"):  # onnxruntime's kernel covers every scan work dtype
+        return ctx.cast(ctx.op.CumProd(x, ctx.const(ax, i64)), out)
     ones = nx.filled(ctx, nx.shape_without(ctx, self, ax), 1, work)
 
     def body(sub, states, slices):

@@ -487,11 +487,7 @@ def special_i1e(ctx, self):
 # --------------------------------------------------------------- real/complex helpers
 @translates(aten.angle.default)
 def angle(ctx, self):
-    meta = ctx.meta(self)
-    if isinstance(meta, torch.Tensor) and meta.dtype.is_complex:
-        raise NotImplementedError(
-            "angle of a complex tensor is not translated yet; take torch.atan2(x.imag, x.real)"
-        )
+    # Complex inputs take exporter/ops/complex.py's angle.
     dtype = _result_dtype(ctx, self)
     x = ctx.cast(self, dtype)
     zero = ctx.scalar_like(0.0, dtype)
