@@ -176,6 +176,7 @@ def _export(
                 converted,
                 attempts=record.capture_attempts,
                 patches=patches,
+                notes=record.notes,
             )
         record.capture_strategy = strategy
         say(f"[exporter] captured with {strategy} ({record.timings['capture']:.2f} s)")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,6 +58,69 @@ def _export(strict: bool) -> Callable[..., torch.export.ExportedProgram]:
     return run
 
 
+#: How many times capture applies torch.export's suggested fixes and tries again.
+MAX_REFINEMENTS = 3
+
+_FIX_LINE = re.compile(r"^\s+(\S+) = (.+)$")
+
+
+def _suggested_fixes(exc: BaseException) -> list[str]:
+    """The ``name = expr`` lines under "Suggested fixes:" of a constraint violation."""
+    if "Constraints violated" not in str(exc):
+        return []
+    _, _, tail = str(exc).partition("Suggested fixes:")
+    fixes = []
+    for line in tail.splitlines()[1:]:
+        if not _FIX_LINE.match(line):
+            break
+        fixes.append(line.strip())
+    return fixes
+
+
+def _describe_dim(dim: Any) -> str:
+    # torch's own spelling: Dim('n', min=4) shows the range a fix narrowed, a derived dim its
+    # expression, a hint DimHint(DYNAMIC).
+    return "static" if dim is None else repr(dim)
+
+
+def _changed_dims(before: Any, after: Any, path: str = "") -> list[str]:
+    """``dynamic_shapes[..] axis: old -> new`` for each axis spec a refinement changed."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [
+            change
+            for key in dict.fromkeys([*before, *after])
+            for change in _changed_dims(before.get(key), after.get(key), f"{path}[{key!r}]")
+        ]
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)):
+        return [
+            change
+            for i, (b, a) in enumerate(zip(before, after))
+            for change in _changed_dims(b, a, f"{path}[{i}]")
+        ]
+    old, new = _describe_dim(before), _describe_dim(after)
+    return [] if old == new else [f"dynamic_shapes{path}: {old} -> {new}"]
+
+
+def refine_from_suggested_fixes(exc: BaseException, dynamic_shapes: Any) -> tuple[Any, list[str]]:
+    """torch.export's suggested fixes applied to ``dynamic_shapes``, and the dims they changed.
+
+    Returns ``(None, [])`` when the error carries no fix that applies, as torch.onnx does before
+    it retries."""
+    fixes = _suggested_fixes(exc)
+    if not fixes or dynamic_shapes is None:
+        return None, []
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    try:
+        refined = refine_dynamic_shapes_from_suggested_fixes(
+            "Suggested fixes:\n" + "\n".join(fixes), dynamic_shapes
+        )
+    except Exception:  # noqa: BLE001 - a fix torch cannot apply leaves the error as it was
+        return None, []
+    changes = _changed_dims(dynamic_shapes, refined)
+    return (refined, changes) if changes else (None, [])
+
+
 STRATEGIES: dict[str, Callable[..., torch.export.ExportedProgram]] = {
     "torch.export(strict=False)": _export(strict=False),
     "torch.export(strict=True)": _export(strict=True),
@@ -71,11 +136,14 @@ def capture(
     strategies: list[str] | None = None,
     attempts: list[Attempt] | None = None,
     patches: list[str] | tuple[str, ...] = (),
+    notes: list[str] | None = None,
 ) -> tuple[torch.export.ExportedProgram, str]:
     """Run strategies until one captures. ``attempts`` collects every try for the report.
 
     ``patches`` names opt-in model-side rewrites (``exporter._capture_patches``) that stay
-    active while each strategy runs.
+    active while each strategy runs. When torch.export rejects ``dynamic_shapes`` with suggested
+    fixes, they are applied and the strategy runs again; the changed dims are warned about and
+    appended to ``notes``.
     """
     from exporter._capture_patches import CAPTURE_PATCHES
     from exporter._capture_rewrites import data_dependent_rewrites
@@ -83,25 +151,44 @@ def capture(
 
     attempts = [] if attempts is None else attempts
     suffix = f" with patches {list(patches)}" if patches else ""
+    shapes, refinements = dynamic_shapes, 0
     for name in strategies or list(STRATEGIES):
-        start = time.perf_counter()
-        try:
-            with (
-                onnx_export_flag(),
-                fake_kernels_installed(),
-                data_dependent_rewrites(),
-                contextlib.ExitStack() as stack,
-            ):
-                for patch in patches:
-                    stack.enter_context(CAPTURE_PATCHES[patch]())
-                program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)
-        except Exception as exc:  # every strategy failure is recorded, none is lost
-            attempts.append(
-                Attempt(name + suffix, time.perf_counter() - start, exc, traceback.format_exc())
-            )
-            continue
-        attempts.append(Attempt(name + suffix, time.perf_counter() - start))
-        return program, name + suffix
+        while True:
+            start = time.perf_counter()
+            label = name + suffix + (" with refined dynamic_shapes" if refinements else "")
+            try:
+                with (
+                    onnx_export_flag(),
+                    fake_kernels_installed(),
+                    data_dependent_rewrites(),
+                    contextlib.ExitStack() as stack,
+                ):
+                    for patch in patches:
+                        stack.enter_context(CAPTURE_PATCHES[patch]())
+                    program = STRATEGIES[name](model, args, kwargs, shapes)
+            except Exception as exc:  # every strategy failure is recorded, none is lost
+                attempts.append(
+                    Attempt(label, time.perf_counter() - start, exc, traceback.format_exc())
+                )
+                refined, changes = (
+                    refine_from_suggested_fixes(exc, shapes)
+                    if refinements < MAX_REFINEMENTS
+                    else (None, [])
+                )
+                if refined is None:
+                    break
+                shapes, refinements = refined, refinements + 1
+                message = (
+                    "torch.export rejected dynamic_shapes and suggested fixes, which were "
+                    f"applied: {'; '.join(changes)}. Pass the refined dims yourself to silence "
+                    "this warning."
+                )
+                if notes is not None:
+                    notes.append(message)
+                warnings.warn(message, UserWarning, stacklevel=4)
+                continue
+            attempts.append(Attempt(label, time.perf_counter() - start))
+            return program, label
     lines = [f"Capture failed: every strategy was tried ({len(attempts)})."]
     for a in attempts:
         first = str(a.error).strip().splitlines()
