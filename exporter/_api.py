@@ -161,7 +161,7 @@ def _export(
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
     names = _dynamic_shapes.AxisNames()
-    narrowed: list[str] = []
+    narrowed = False
     if isinstance(model, torch.export.ExportedProgram):
         captured = model
         record.status["capture"] = "skipped"
@@ -180,14 +180,10 @@ def _export(
             )
         record.capture_strategy = strategy
         say(f"[exporter] captured with {strategy} ({record.timings['capture']:.2f} s)")
-        narrowed = _dynamic_shapes.narrowed_dims(captured)
-        if narrowed:
-            message = (
-                f"torch.export held dynamic dims at their example size while tracing: "
-                f"{', '.join(narrowed)}. They stay dynamic in the ONNX graph, but a guard in "
-                "the model or in an op's meta function assumed that size; check other sizes "
-                "with export(..., verify=True), which runs a second shape."
-            )
+        record.dim_audit = _dynamic_shapes.audit_dims(captured, names.declared)
+        narrowed = any(a.status == _dynamic_shapes.HELD for a in record.dim_audit)
+        message = _dynamic_shapes.specialized_dims_warning(record.dim_audit)
+        if message:
             record.notes.append(message)
             warnings.warn(message, UserWarning, stacklevel=3)
     record.captured_program = captured
