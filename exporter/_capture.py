@@ -121,6 +121,127 @@ def refine_from_suggested_fixes(exc: BaseException, dynamic_shapes: Any) -> tupl
     return (refined, changes) if changes else (None, [])
 
 
+_DATA_DEPENDENT = re.compile(r"data-dependent expression (.*?) \(unhinted")
+_RANGE_CONFLICT = "conflicts between user-specified ranges and inferred ranges"
+_MAX_EXPRESSION_CHARS = 160
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """The innermost frame of the user's code (model libraries included) in ``exc``'s trace."""
+    from exporter._errors import _LIBRARY_PARTS
+
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not any(part in f.filename for part in _LIBRARY_PARTS)
+    ]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+
+
+def _short_expression(expr: str) -> str:
+    if len(expr) <= _MAX_EXPRESSION_CHARS:
+        return expr
+    return f"{expr[: _MAX_EXPRESSION_CHARS - 1]}\u2026 ({len(expr)} characters)"
+
+
+def _relaxed(shapes: Any) -> Any:
+    """``shapes`` with every Dim.DYNAMIC hint made Dim.AUTO, which lets a guard fix the dim."""
+    if isinstance(shapes, dict):
+        return {k: _relaxed(v) for k, v in shapes.items()}
+    if isinstance(shapes, (list, tuple)):
+        return type(shapes)(_relaxed(v) for v in shapes)
+    return torch.export.Dim.AUTO if shapes is torch.export.Dim.DYNAMIC else shapes
+
+
+def _guards_that_fixed_dims(model, args, kwargs, shapes, patches) -> list[str]:
+    """Trace again with the dims free to specialise and name the guards that fixed them."""
+    from exporter._capture_patches import CAPTURE_PATCHES
+    from exporter._capture_rewrites import data_dependent_rewrites
+    from exporter._dynamic_shapes import HELD, audit_dims, user_input_nodes
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    try:
+        with (
+            warnings.catch_warnings(),
+            onnx_export_flag(),
+            fake_kernels_installed(),
+            data_dependent_rewrites(),
+            contextlib.ExitStack() as stack,
+        ):
+            warnings.simplefilter("ignore")
+            for patch in patches:
+                stack.enter_context(CAPTURE_PATCHES[patch]())
+            program = STRATEGIES["torch.export(strict=False)"](
+                model, args, kwargs, _relaxed(shapes)
+            )
+    except Exception:  # noqa: BLE001 - the explanation is best-effort; the error stands
+        return []
+    every_dim = {
+        (i, axis)
+        for i, node in enumerate(user_input_nodes(program))
+        if isinstance(node.meta.get("val"), torch.Tensor)
+        for axis in range(node.meta["val"].dim())
+    }
+    return [str(a) for a in audit_dims(program, every_dim) if a.status == HELD]
+
+
+def diagnose(
+    exc: BaseException | None,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shapes: Any,
+    patches: list[str] | tuple[str, ...],
+) -> list[str]:
+    """Lines that explain a capture failure: the failing guard in short form, the user's line
+    that raised it, and the remedies that exist for it."""
+    from exporter._capture_patches import patches_for
+
+    if exc is None:
+        return []
+    text, where = str(exc), _user_frame(exc)
+    lines: list[str] = []
+    missing = [p for p in patches_for(model) if p not in patches]
+    data_dependent = _DATA_DEPENDENT.search(text)
+    if data_dependent:
+        lines.append(
+            f"The guard that failed reads tensor data: {_short_expression(data_dependent[1])}"
+        )
+        if where:
+            lines.append(f"  at {where}")
+        lines.append("What can fix it:")
+        if missing:
+            lines.append(
+                f"  - export(..., capture_patches={missing}): rewrites of "
+                f"{type(model).__name__}'s library code that torch.export can capture;"
+            )
+        lines += [
+            "  - torch._check(...) on that line's condition, before it, to tell torch.export "
+            "what holds (torch._check_is_size for a size), or torch.cond for a real branch;",
+            "  - if the expression involves an input size, a Dim range in dynamic_shapes "
+            '(Dim("n", min=..., max=...)) that decides it.',
+        ]
+    elif _RANGE_CONFLICT in text:
+        lines.append("The model fixes dims declared dynamic:")
+        lines += [f"  {line}" for line in text.splitlines()[1:] if line.startswith("- ")]
+        guards = _guards_that_fixed_dims(model, args, kwargs, shapes, patches)
+        lines += [f"  - {guard}" for guard in guards]
+        lines.append(
+            "What can fix it: change the guarded line so it does not compare the dim with a "
+            "number, give the dim as None (static) or Dim.AUTO (static if the model needs it), "
+            "or a Dim range the guard allows."
+        )
+    elif missing:
+        lines.append(
+            f"{type(model).__name__} is a model export(..., capture_patches={missing}) is made "
+            "for; try it."
+        )
+    return lines
+
+
 STRATEGIES: dict[str, Callable[..., torch.export.ExportedProgram]] = {
     "torch.export(strict=False)": _export(strict=False),
     "torch.export(strict=True)": _export(strict=True),
@@ -193,6 +314,8 @@ def capture(
     for a in attempts:
         first = str(a.error).strip().splitlines()
         lines.append(f"  - {a.strategy}: {type(a.error).__name__}: {first[0] if first else ''}")
+    if attempts:
+        lines += diagnose(attempts[0].error, model, args, kwargs, shapes, patches)
     lines.append(
         "Fix the first error, or pass export(..., report=True) for the full tracebacks of each "
         "strategy."

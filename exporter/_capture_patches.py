@@ -353,6 +353,18 @@ def torchvision_detection_patches() -> Iterator[None]:
         _EXAMPLE_VALUES.clear()
 
 
+def is_torchvision_detection(model: Any) -> bool:
+    """Whether ``model`` is (or wraps at its top) one of torchvision's detection models."""
+    return any(
+        cls.__module__.startswith("torchvision.models.detection") for cls in type(model).__mro__
+    )
+
+
+def patches_for(model: Any) -> list[str]:
+    """The capture patches that apply to ``model``: what a failing capture suggests."""
+    return ["torchvision-detection"] if is_torchvision_detection(model) else []
+
+
 #: Names accepted by ``export(..., capture_patches=[...])``.
 CAPTURE_PATCHES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "torchvision-detection": torchvision_detection_patches,

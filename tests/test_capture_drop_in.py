@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 from torch.export import Dim
 
@@ -72,3 +73,39 @@ def test_dim_fixed_by_a_static_partner_is_reported(tmp_path):
     assert [str(d) for d in ours.model.graph.inputs[0].shape] == ["3", "4"]
     assert "Dim('a', min=0) -> 3" in ours.report_path.read_text()
     _assert_runs_like_eager(module, (ours, theirs), args)
+
+
+class DoubleAtFive(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 5:
+            return x * 2.0
+        return x
+
+
+class BranchOnCount(torch.nn.Module):
+    def forward(self, x):
+        kept = x[x > 0.5]
+        if kept.shape[0] > 2:
+            return kept * 2.0
+        return kept
+
+
+def test_a_dim_the_model_fixes_is_named_with_its_line():
+    # torch.onnx fails here too, with the message cut after "from model tracing:".
+    with pytest.raises(exporter.OnnxExporterError) as caught:
+        exporter.export(DoubleAtFive().eval(), (torch.rand(5, 4),), dynamic_shapes=({0: "n"},))
+    message = str(caught.value)
+    assert "static shape of 5 for dimension inputs[0].shape[0]" in message
+    assert "x dim 0 (size 5), by the guard x.shape[0] == 5 at " in message
+    assert "in forward: if x.shape[0] == 5:" in message
+    assert "x dim 1" not in message
+
+
+def test_a_data_dependent_guard_names_its_line_and_remedies():
+    with pytest.raises(exporter.OnnxExporterError) as caught:
+        exporter.export(BranchOnCount().eval(), (torch.rand(10),))
+    message = str(caught.value)
+    assert "The guard that failed reads tensor data: u0 > 2" in message
+    assert "test_capture_drop_in.py" in message
+    assert "in forward: if kept.shape[0] > 2:" in message
+    assert "torch._check(" in message and "Dim(" in message
