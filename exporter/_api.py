@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -12,7 +13,14 @@ from typing import Any
 
 import torch
 
-from exporter import _capture, _decompose, _dynamic_shapes, _passes, _translate
+from exporter import (
+    _capture,
+    _capture_patches,
+    _decompose,
+    _dynamic_shapes,
+    _passes,
+    _translate,
+)
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
 from exporter._program import ONNXProgram
 from exporter._record import ExportRecord
@@ -53,7 +61,7 @@ def export(
     keep_initializers_as_inputs: bool = False,
     dynamic_axes: Mapping[str, Any] | None = None,
     metadata: bool = True,
-    capture_patches: Sequence[str] = (),
+    capture_patches: Sequence[str] | None = None,
     **legacy: Any,
 ) -> ONNXProgram:
     """Export a PyTorch model to ONNX with our own op library.
@@ -61,8 +69,9 @@ def export(
     Same parameters and behaviour as ``torch.onnx.export(..., dynamo=True)``, plus:
     ``metadata=False`` leaves out the debug metadata props (most of the graph's bytes), and
     ``verify="strict"`` raises :class:`OnnxVerificationError` instead of warning, and
-    ``capture_patches=["torchvision-detection"]`` opts into model-side rewrites that let
-    torch.export capture code it cannot capture as written (see ``exporter._capture_patches``).
+    ``capture_patches`` names model-side rewrites that let torch.export capture code it cannot
+    capture as written (see ``exporter._capture_patches``); by default those made for the
+    model's kind apply (torchvision detection models), ``capture_patches=()`` turns them off.
     """
     record = ExportRecord(model_class=type(model).__name__)
     eager_model = model if isinstance(model, torch.nn.Module) else None
@@ -117,7 +126,7 @@ def export(
             input_names=input_names,
             output_names=output_names,
             dump_dir=report_dir if dump_exported_program else None,
-            patches=tuple(capture_patches),
+            patches=capture_patches,
         )
         if verify:
             from exporter import verify as _verify
@@ -157,9 +166,14 @@ def _export(
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
     dump_dir: Path | None,
-    patches: tuple[str, ...] = (),
+    patches: Sequence[str] | None = (),
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
+    patches, patches_note = _capture_patches.resolve(patches, model)
+    if patches_note:
+        record.notes.append(patches_note)
+        logging.getLogger("exporter").info(patches_note)
+        say(f"[exporter] {patches_note}")
     names = _dynamic_shapes.AxisNames()
     narrowed = False
     if isinstance(model, torch.export.ExportedProgram):
@@ -337,6 +351,8 @@ def _check_leaves(tree: Any, path: str = "inputs") -> None:
 def _check_patches(patches: Any) -> None:
     from exporter._capture_patches import CAPTURE_PATCHES
 
+    if patches is None:
+        return
     if isinstance(patches, str) or not all(isinstance(p, str) for p in patches):
         raise InvalidExportArgumentsError(
             f"capture_patches must be a list of names, got {patches!r}"

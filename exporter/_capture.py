@@ -133,7 +133,8 @@ def _user_frame(exc: BaseException) -> str | None:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not any(part in f.filename for part in _LIBRARY_PARTS)
+        if not f.filename.startswith("<")  # code torch generated, not the user's file
+        and not any(part in f.filename for part in _LIBRARY_PARTS)
     ]
     if not frames:
         return None

@@ -365,6 +365,22 @@ def patches_for(model: Any) -> list[str]:
     return ["torchvision-detection"] if is_torchvision_detection(model) else []
 
 
+def resolve(requested: Any, model: Any) -> tuple[tuple[str, ...], str | None]:
+    """The patches capture applies, and a note when they were chosen for the user.
+
+    ``requested=None`` (export's default) applies the patches made for ``model``'s kind;
+    a sequence, the empty one included, is taken as given."""
+    if requested is not None:
+        return tuple(requested), None
+    chosen = tuple(patches_for(model))
+    if not chosen:
+        return (), None
+    return chosen, (
+        f"{type(model).__name__} is a torchvision detection model: capture applied "
+        f"capture_patches={list(chosen)} automatically (pass capture_patches=() to turn it off)."
+    )
+
+
 #: Names accepted by ``export(..., capture_patches=[...])``.
 CAPTURE_PATCHES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "torchvision-detection": torchvision_detection_patches,
