@@ -16,7 +16,8 @@ import numpy as np
 SCORE_ATOL = 1e-3
 BOX_ATOL = 0.5  # pixels
 
-#: The keys torchvision's detection models return per image, in their order.
+#: The keys torchvision's R-CNN models return per image, in their order (RetinaNet, FCOS and
+#: SSD return boxes, scores, labels).
 DETECTION_KEYS = ("boxes", "labels", "scores")
 
 

@@ -239,6 +239,9 @@ _DETECTION_NOTES = (
 
 
 def _detection_keys(model_name: str) -> tuple[str, ...]:
+    """The output dict's keys in the order the model returns (and the export flattens) them."""
+    if "rcnn" not in model_name:  # RetinaNet, FCOS, SSD and SSDlite
+        return ("boxes", "scores", "labels")
     if model_name.startswith("maskrcnn"):
         return (*DETECTION_KEYS, "masks")
     if model_name.startswith("keypointrcnn"):

@@ -190,3 +190,20 @@ def test_patches_turned_off_fail_capture_and_name_the_patch_and_line():
     message = str(caught.value)
     assert "capture_patches=['torchvision-detection']" in message
     assert "torchvision/ops/boxes.py" in message
+
+
+@pytest.mark.parametrize("count", [0, 1, 30])
+def test_mask_paste_patch_equals_torchvision(count):
+    from torchvision.models.detection import roi_heads
+
+    from exporter._capture_patches import _paste_masks_in_image
+
+    generator = torch.Generator().manual_seed(count)
+    masks = torch.rand(count, 1, 28, 28, generator=generator)
+    corner = torch.rand(count, 2, generator=generator) * 60
+    size = torch.rand(count, 2, generator=generator) * 60 + 0.3  # below 1 pixel too
+    boxes = torch.cat([corner, corner + size], dim=1)  # inside the image, as the model's are
+    expected = roi_heads.paste_masks_in_image(masks, boxes, (100, 90))
+    torch.testing.assert_close(
+        _paste_masks_in_image(masks, boxes, (100, 90)), expected, rtol=0, atol=1e-5
+    )
