@@ -242,8 +242,12 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         outcome.extra["latency_error"] = error_text(exc)
 
     announce("compare")
-    result = compare_model_outputs(
-        expected_np, actual, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+    result = (
+        _compare_with(case.compare, expected_np, actual)
+        if case.compare
+        else compare_model_outputs(
+            expected_np, actual, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+        )
     )
     _record(outcome, result)
     if not result.ok:
@@ -274,8 +278,12 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     except Exception as exc:
         raise StageFailed("second-shape", exc) from exc
     outcome.run_s += time.perf_counter() - started
-    result2 = compare_model_outputs(
-        expected2_np, actual2, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+    result2 = (
+        _compare_with(case.compare, expected2_np, actual2)
+        if case.compare
+        else compare_model_outputs(
+            expected2_np, actual2, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+        )
     )
     _record(outcome, result2)
     if not result2.ok:
@@ -283,6 +291,14 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
             "second-shape",
             f"{result2.message} (second inputs: {models_io.shapes_text(feeds2)})",
         )
+
+
+def _compare_with(compare, expected, actual):
+    """A case's own comparison (``ModelCase.compare``: problems, empty when equal)."""
+    from conformance.models_compare import ModelComparison
+
+    problems = compare(expected, actual)
+    return ModelComparison(not problems, "; ".join(problems), details=list(problems))
 
 
 def rerun_command(key: ModelCaseId) -> str:

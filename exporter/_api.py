@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -14,6 +15,7 @@ import torch
 
 from exporter import (
     _capture,
+    _capture_patches,
     _decompose,
     _dynamic_shapes,
     _opset_convert,
@@ -51,7 +53,7 @@ def export(
     keep_initializers_as_inputs: bool = False,
     dynamic_axes: Mapping[str, Any] | None = None,
     metadata: bool = True,
-    capture_patches: Sequence[str] = (),
+    capture_patches: Sequence[str] | None = None,
     **legacy: Any,
 ) -> ONNXProgram:
     """Export a PyTorch model to ONNX with our own op library.
@@ -59,8 +61,9 @@ def export(
     Same parameters and behaviour as ``torch.onnx.export(..., dynamo=True)``, plus:
     ``metadata=False`` leaves out the debug metadata props (most of the graph's bytes), and
     ``verify="strict"`` raises :class:`OnnxVerificationError` instead of warning, and
-    ``capture_patches=["torchvision-detection"]`` opts into model-side rewrites that let
-    torch.export capture code it cannot capture as written (see ``exporter._capture_patches``).
+    ``capture_patches`` names model-side rewrites that let torch.export capture code it cannot
+    capture as written (see ``exporter._capture_patches``); by default those made for the
+    model's kind apply (torchvision detection models), ``capture_patches=()`` turns them off.
     """
     record = ExportRecord(model_class=type(model).__name__)
     eager_model = model if isinstance(model, torch.nn.Module) else None
@@ -122,7 +125,7 @@ def export(
             input_names=input_names,
             output_names=output_names,
             dump_dir=report_dir if dump_exported_program else None,
-            patches=tuple(capture_patches),
+            patches=capture_patches,
         )
         if verify:
             from exporter import verify as _verify
@@ -162,11 +165,16 @@ def _export(
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
     dump_dir: Path | None,
-    patches: tuple[str, ...] = (),
+    patches: Sequence[str] | None = (),
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
+    patches, patches_note = _capture_patches.resolve(patches, model)
+    if patches_note:
+        record.notes.append(patches_note)
+        logging.getLogger("exporter").info(patches_note)
+        say(f"[exporter] {patches_note}")
     names = _dynamic_shapes.AxisNames()
-    narrowed: list[str] = []
+    narrowed = False
     if isinstance(model, torch.export.ExportedProgram):
         captured = model
         record.status["capture"] = "skipped"
@@ -181,17 +189,14 @@ def _export(
                 converted,
                 attempts=record.capture_attempts,
                 patches=patches,
+                notes=record.notes,
             )
         record.capture_strategy = strategy
         say(f"[exporter] captured with {strategy} ({record.timings['capture']:.2f} s)")
-        narrowed = _dynamic_shapes.narrowed_dims(captured)
-        if narrowed:
-            message = (
-                f"torch.export held dynamic dims at their example size while tracing: "
-                f"{', '.join(narrowed)}. They stay dynamic in the ONNX graph, but a guard in "
-                "the model or in an op's meta function assumed that size; check other sizes "
-                "with export(..., verify=True), which runs a second shape."
-            )
+        record.dim_audit = _dynamic_shapes.audit_dims(captured, names.declared)
+        narrowed = any(a.status == _dynamic_shapes.HELD for a in record.dim_audit)
+        message = _dynamic_shapes.specialized_dims_warning(record.dim_audit)
+        if message:
             record.notes.append(message)
             warnings.warn(message, UserWarning, stacklevel=3)
     record.captured_program = captured

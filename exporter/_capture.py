@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,6 +58,191 @@ def _export(strict: bool) -> Callable[..., torch.export.ExportedProgram]:
     return run
 
 
+#: How many times capture applies torch.export's suggested fixes and tries again.
+MAX_REFINEMENTS = 3
+
+_FIX_LINE = re.compile(r"^\s+(\S+) = (.+)$")
+
+
+def _suggested_fixes(exc: BaseException) -> list[str]:
+    """The ``name = expr`` lines under "Suggested fixes:" of a constraint violation."""
+    if "Constraints violated" not in str(exc):
+        return []
+    _, _, tail = str(exc).partition("Suggested fixes:")
+    fixes = []
+    for line in tail.splitlines()[1:]:
+        if not _FIX_LINE.match(line):
+            break
+        fixes.append(line.strip())
+    return fixes
+
+
+def _describe_dim(dim: Any) -> str:
+    # torch's own spelling: Dim('n', min=4) shows the range a fix narrowed, a derived dim its
+    # expression, a hint DimHint(DYNAMIC).
+    return "static" if dim is None else repr(dim)
+
+
+def _changed_dims(before: Any, after: Any, path: str = "") -> list[str]:
+    """``dynamic_shapes[..] axis: old -> new`` for each axis spec a refinement changed."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [
+            change
+            for key in dict.fromkeys([*before, *after])
+            for change in _changed_dims(before.get(key), after.get(key), f"{path}[{key!r}]")
+        ]
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)):
+        return [
+            change
+            for i, (b, a) in enumerate(zip(before, after))
+            for change in _changed_dims(b, a, f"{path}[{i}]")
+        ]
+    old, new = _describe_dim(before), _describe_dim(after)
+    return [] if old == new else [f"dynamic_shapes{path}: {old} -> {new}"]
+
+
+def refine_from_suggested_fixes(exc: BaseException, dynamic_shapes: Any) -> tuple[Any, list[str]]:
+    """torch.export's suggested fixes applied to ``dynamic_shapes``, and the dims they changed.
+
+    Returns ``(None, [])`` when the error carries no fix that applies, as torch.onnx does before
+    it retries."""
+    fixes = _suggested_fixes(exc)
+    if not fixes or dynamic_shapes is None:
+        return None, []
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    try:
+        refined = refine_dynamic_shapes_from_suggested_fixes(
+            "Suggested fixes:\n" + "\n".join(fixes), dynamic_shapes
+        )
+    except Exception:  # noqa: BLE001 - a fix torch cannot apply leaves the error as it was
+        return None, []
+    changes = _changed_dims(dynamic_shapes, refined)
+    return (refined, changes) if changes else (None, [])
+
+
+_DATA_DEPENDENT = re.compile(r"data-dependent expression (.*?) \(unhinted")
+_RANGE_CONFLICT = "conflicts between user-specified ranges and inferred ranges"
+_MAX_EXPRESSION_CHARS = 160
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """The innermost frame of the user's code (model libraries included) in ``exc``'s trace."""
+    from exporter._errors import _LIBRARY_PARTS
+
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<")  # code torch generated, not the user's file
+        and not any(part in f.filename for part in _LIBRARY_PARTS)
+    ]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+
+
+def _short_expression(expr: str) -> str:
+    if len(expr) <= _MAX_EXPRESSION_CHARS:
+        return expr
+    return f"{expr[: _MAX_EXPRESSION_CHARS - 1]}\u2026 ({len(expr)} characters)"
+
+
+def _relaxed(shapes: Any) -> Any:
+    """``shapes`` with every Dim.DYNAMIC hint made Dim.AUTO, which lets a guard fix the dim."""
+    if isinstance(shapes, dict):
+        return {k: _relaxed(v) for k, v in shapes.items()}
+    if isinstance(shapes, (list, tuple)):
+        return type(shapes)(_relaxed(v) for v in shapes)
+    return torch.export.Dim.AUTO if shapes is torch.export.Dim.DYNAMIC else shapes
+
+
+def _guards_that_fixed_dims(model, args, kwargs, shapes, patches) -> list[str]:
+    """Trace again with the dims free to specialise and name the guards that fixed them."""
+    from exporter._capture_patches import CAPTURE_PATCHES
+    from exporter._capture_rewrites import data_dependent_rewrites
+    from exporter._dynamic_shapes import HELD, audit_dims, user_input_nodes
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    try:
+        with (
+            warnings.catch_warnings(),
+            onnx_export_flag(),
+            fake_kernels_installed(),
+            data_dependent_rewrites(),
+            contextlib.ExitStack() as stack,
+        ):
+            warnings.simplefilter("ignore")
+            for patch in patches:
+                stack.enter_context(CAPTURE_PATCHES[patch]())
+            program = STRATEGIES["torch.export(strict=False)"](
+                model, args, kwargs, _relaxed(shapes)
+            )
+    except Exception:  # noqa: BLE001 - the explanation is best-effort; the error stands
+        return []
+    every_dim = {
+        (i, axis)
+        for i, node in enumerate(user_input_nodes(program))
+        if isinstance(node.meta.get("val"), torch.Tensor)
+        for axis in range(node.meta["val"].dim())
+    }
+    return [str(a) for a in audit_dims(program, every_dim) if a.status == HELD]
+
+
+def diagnose(
+    exc: BaseException | None,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shapes: Any,
+    patches: list[str] | tuple[str, ...],
+) -> list[str]:
+    """Lines that explain a capture failure: the failing guard in short form, the user's line
+    that raised it, and the remedies that exist for it."""
+    from exporter._capture_patches import patches_for
+
+    if exc is None:
+        return []
+    text, where = str(exc), _user_frame(exc)
+    lines: list[str] = []
+    missing = [p for p in patches_for(model) if p not in patches]
+    data_dependent = _DATA_DEPENDENT.search(text)
+    if data_dependent:
+        lines.append(
+            f"The guard that failed reads tensor data: {_short_expression(data_dependent[1])}"
+        )
+        if where:
+            lines.append(f"  at {where}")
+        lines.append("What can fix it:")
+        if missing:
+            lines.append(
+                f"  - export(..., capture_patches={missing}): rewrites of "
+                f"{type(model).__name__}'s library code that torch.export can capture;"
+            )
+        lines += [
+            "  - torch._check(...) on that line's condition, before it, to tell torch.export "
+            "what holds (torch._check_is_size for a size), or torch.cond for a real branch;",
+            "  - if the expression involves an input size, a Dim range in dynamic_shapes "
+            '(Dim("n", min=..., max=...)) that decides it.',
+        ]
+    elif _RANGE_CONFLICT in text:
+        lines.append("The model fixes dims declared dynamic:")
+        lines += [f"  {line}" for line in text.splitlines()[1:] if line.startswith("- ")]
+        guards = _guards_that_fixed_dims(model, args, kwargs, shapes, patches)
+        lines += [f"  - {guard}" for guard in guards]
+        lines.append(
+            "What can fix it: change the guarded line so it does not compare the dim with a "
+            "number, give the dim as None (static) or Dim.AUTO (static if the model needs it), "
+            "or a Dim range the guard allows."
+        )
+    elif missing:
+        lines.append(
+            f"{type(model).__name__} is a model export(..., capture_patches={missing}) is made "
+            "for; try it."
+        )
+    return lines
+
+
 STRATEGIES: dict[str, Callable[..., torch.export.ExportedProgram]] = {
     "torch.export(strict=False)": _export(strict=False),
     "torch.export(strict=True)": _export(strict=True),
@@ -71,11 +258,14 @@ def capture(
     strategies: list[str] | None = None,
     attempts: list[Attempt] | None = None,
     patches: list[str] | tuple[str, ...] = (),
+    notes: list[str] | None = None,
 ) -> tuple[torch.export.ExportedProgram, str]:
     """Run strategies until one captures. ``attempts`` collects every try for the report.
 
     ``patches`` names opt-in model-side rewrites (``exporter._capture_patches``) that stay
-    active while each strategy runs.
+    active while each strategy runs. When torch.export rejects ``dynamic_shapes`` with suggested
+    fixes, they are applied and the strategy runs again; the changed dims are warned about and
+    appended to ``notes``.
     """
     from exporter._capture_patches import CAPTURE_PATCHES
     from exporter._capture_rewrites import data_dependent_rewrites
@@ -83,29 +273,50 @@ def capture(
 
     attempts = [] if attempts is None else attempts
     suffix = f" with patches {list(patches)}" if patches else ""
+    shapes, refinements = dynamic_shapes, 0
     for name in strategies or list(STRATEGIES):
-        start = time.perf_counter()
-        try:
-            with (
-                onnx_export_flag(),
-                fake_kernels_installed(),
-                data_dependent_rewrites(),
-                contextlib.ExitStack() as stack,
-            ):
-                for patch in patches:
-                    stack.enter_context(CAPTURE_PATCHES[patch]())
-                program = STRATEGIES[name](model, args, kwargs, dynamic_shapes)
-        except Exception as exc:  # every strategy failure is recorded, none is lost
-            attempts.append(
-                Attempt(name + suffix, time.perf_counter() - start, exc, traceback.format_exc())
-            )
-            continue
-        attempts.append(Attempt(name + suffix, time.perf_counter() - start))
-        return program, name + suffix
+        while True:
+            start = time.perf_counter()
+            label = name + suffix + (" with refined dynamic_shapes" if refinements else "")
+            try:
+                with (
+                    onnx_export_flag(),
+                    fake_kernels_installed(),
+                    data_dependent_rewrites(),
+                    contextlib.ExitStack() as stack,
+                ):
+                    for patch in patches:
+                        stack.enter_context(CAPTURE_PATCHES[patch]())
+                    program = STRATEGIES[name](model, args, kwargs, shapes)
+            except Exception as exc:  # every strategy failure is recorded, none is lost
+                attempts.append(
+                    Attempt(label, time.perf_counter() - start, exc, traceback.format_exc())
+                )
+                refined, changes = (
+                    refine_from_suggested_fixes(exc, shapes)
+                    if refinements < MAX_REFINEMENTS
+                    else (None, [])
+                )
+                if refined is None:
+                    break
+                shapes, refinements = refined, refinements + 1
+                message = (
+                    "torch.export rejected dynamic_shapes and suggested fixes, which were "
+                    f"applied: {'; '.join(changes)}. Pass the refined dims yourself to silence "
+                    "this warning."
+                )
+                if notes is not None:
+                    notes.append(message)
+                warnings.warn(message, UserWarning, stacklevel=4)
+                continue
+            attempts.append(Attempt(label, time.perf_counter() - start))
+            return program, label
     lines = [f"Capture failed: every strategy was tried ({len(attempts)})."]
     for a in attempts:
         first = str(a.error).strip().splitlines()
         lines.append(f"  - {a.strategy}: {type(a.error).__name__}: {first[0] if first else ''}")
+    if attempts:
+        lines += diagnose(attempts[0].error, model, args, kwargs, shapes, patches)
     lines.append(
         "Fix the first error, or pass export(..., report=True) for the full tracebacks of each "
         "strategy."

@@ -12,7 +12,9 @@ that compute the same values with traceable ops (each replacement's docstring sa
 - ``models.detection.transform``: resize size computed in float64 tensors (exactly eager's
   doubles) instead of Python floats; padding to the size divisor in integer arithmetic;
   box rescaling without ``torch.tensor(symbolic size)``;
-- ``SSD.postprocess_detections``: one score filter instead of one per class.
+- ``SSD.postprocess_detections``: one score filter instead of one per class;
+- ``models.detection.transform.paste_masks_in_image`` (Mask R-CNN): all masks pasted at once
+  with ``grid_sample`` instead of a loop slicing by box coordinates.
 
 The number of detections stays dynamic in the exported model. Usage::
 
@@ -277,6 +279,43 @@ def _resize_boxes(boxes, original_size, new_size):
     )
 
 
+def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
+    """roi_heads.paste_masks_in_image without a Python loop over the (data-dependent) number of
+    masks and without slicing by box coordinates read as ints: every mask is resampled onto the
+    whole image at once with grid_sample and kept inside its box.
+
+    Same values: eager resizes each mask to its box (bilinear, align_corners=False), whose
+    source coordinate for box pixel i is (i + 0.5) * M / w - 0.5, clamped to the mask; the
+    grid (i + 0.5) / w * 2 - 1 with padding_mode="border" samples exactly there."""
+    from torchvision.models.detection.roi_heads import expand_boxes, expand_masks
+
+    masks, scale = expand_masks(masks, padding=padding)
+    boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)
+    im_h, im_w = img_shape
+    x0, y0, x1, y1 = (boxes[:, k : k + 1] for k in range(4))
+    w = (x1 - x0 + 1).clamp(min=1)
+    h = (y1 - y0 + 1).clamp(min=1)
+    xs = torch.arange(im_w, device=masks.device)[None, :]
+    ys = torch.arange(im_h, device=masks.device)[None, :]
+    grid_x = ((xs - x0).to(masks.dtype) + 0.5) / w.to(masks.dtype) * 2 - 1
+    grid_y = ((ys - y0).to(masks.dtype) + 0.5) / h.to(masks.dtype) * 2 - 1
+    count = masks.shape[0]
+    grid = torch.stack(
+        (
+            grid_x[:, None, :].expand(count, im_h, im_w),
+            grid_y[:, :, None].expand(count, im_h, im_w),
+        ),
+        dim=-1,
+    )
+    pasted = torch.nn.functional.grid_sample(
+        masks, grid, mode="bilinear", padding_mode="border", align_corners=False
+    )
+    inside_x = (xs >= x0) & (xs < x0 + w)
+    inside_y = (ys >= y0) & (ys < y0 + h)
+    inside = inside_y[:, :, None] & inside_x[:, None, :]
+    return torch.where(inside[:, None], pasted, torch.zeros((), dtype=pasted.dtype))
+
+
 def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes):
     """SSD.postprocess_detections with one data-dependent filter instead of one per class.
 
@@ -338,6 +377,7 @@ def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
         (transform, "resize_boxes", _resize_boxes),
         (transform.GeneralizedRCNNTransform, "batch_images", _batch_images),
         (ssd.SSD, "postprocess_detections", _ssd_postprocess_detections),
+        (transform, "paste_masks_in_image", _paste_masks_in_image),
     ]
 
 
@@ -351,6 +391,34 @@ def torchvision_detection_patches() -> Iterator[None]:
             yield
     finally:
         _EXAMPLE_VALUES.clear()
+
+
+def is_torchvision_detection(model: Any) -> bool:
+    """Whether ``model`` is (or wraps at its top) one of torchvision's detection models."""
+    return any(
+        cls.__module__.startswith("torchvision.models.detection") for cls in type(model).__mro__
+    )
+
+
+def patches_for(model: Any) -> list[str]:
+    """The capture patches that apply to ``model``: what a failing capture suggests."""
+    return ["torchvision-detection"] if is_torchvision_detection(model) else []
+
+
+def resolve(requested: Any, model: Any) -> tuple[tuple[str, ...], str | None]:
+    """The patches capture applies, and a note when they were chosen for the user.
+
+    ``requested=None`` (export's default) applies the patches made for ``model``'s kind;
+    a sequence, the empty one included, is taken as given."""
+    if requested is not None:
+        return tuple(requested), None
+    chosen = tuple(patches_for(model))
+    if not chosen:
+        return (), None
+    return chosen, (
+        f"{type(model).__name__} is a torchvision detection model: capture applied "
+        f"capture_patches={list(chosen)} automatically (pass capture_patches=() to turn it off)."
+    )
 
 
 #: Names accepted by ``export(..., capture_patches=[...])``.

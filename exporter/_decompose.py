@@ -2,7 +2,10 @@
 
 The table is derived from the registry: an op with a translation is never decomposed. When the
 captured program already holds only translated, safely functional ops, the (slow) re-trace of
-``run_decompositions`` is skipped altogether.
+``run_decompositions`` is skipped altogether. Control-flow subgraphs (``cond``, ``while_loop``,
+``scan``) are judged node by node like the top graph: their presence alone forces nothing, since
+the re-trace rejects some bodies torch.export captured (a ``scan`` body that returns its carry
+as an output as well is refused as "aliasing").
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import torch
 from exporter._errors import DecompositionError
 from exporter._translate import fx_targets, is_noop_target, lookup
 from exporter.ops._registry import Registry
+
+_NO_TRANSLATION = " has no translation"
 
 
 @functools.lru_cache(maxsize=8)
@@ -49,15 +54,15 @@ def _is_view(node: torch.fx.Node) -> bool:
 
 
 def needs_decomposition(program: torch.export.ExportedProgram, registry: Registry) -> str | None:
-    """Why the program must go through run_decompositions, or None when it can skip it."""
-    gm = program.graph_module
-    if any(n.op == "get_attr" for n in gm.graph.nodes):
-        return "control-flow submodules"
-    for node, target in fx_targets(gm):
+    """Why the program must go through run_decompositions, or None when it can skip it.
+
+    Looks into every control-flow subgraph, so a body needs the re-trace only for what it
+    holds."""
+    for node, target in fx_targets(program.graph_module):
         if is_noop_target(target) or getattr(target, "__name__", "") == "getitem":
             continue
         if lookup(registry, target) is None:
-            return f"{target} has no translation"
+            return f"{target}{_NO_TRANSLATION}"
         for arg in _mutated_args(node):
             # An in-place op is the same as its functional twin only when nobody else can
             # observe the old value: the mutated tensor is an intermediate (not an input or a
@@ -85,6 +90,13 @@ def decompose(
         with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
             return program.run_decompositions(decomposition_table(registry)), reason
     except Exception as exc:
+        remedy = (
+            "; a program whose ops all have translations skips this step, so registering one "
+            "with export(..., custom_translation_table={op_overload: fn}) avoids it"
+            if reason.endswith(_NO_TRANSLATION)
+            else "; write the in-place op out of place in the model to avoid this step"
+        )
         raise DecompositionError(
-            f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because {reason}."
+            f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because "
+            f"{reason}{remedy}."
         ) from exc

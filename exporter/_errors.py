@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
+
+import torch
 
 
 class OnnxExporterError(RuntimeError):
@@ -77,7 +80,13 @@ class OnnxVerificationError(OnnxExporterError):
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 # Frames inside torch itself or this exporter are never the user's line; model libraries
 # (torchvision, transformers) are, because that is where the model's code lives.
-_LIBRARY_PARTS = ("/torch/", "<eval_with_key>", "/exporter/")
+# Package folders, not a "/torch/" substring: a virtualenv named torch (.tox/torch) would
+# make every installed library, torchvision included, look like torch itself.
+_LIBRARY_PARTS = (
+    os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), ""),
+    "<eval_with_key>",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), ""),
+)
 
 
 def user_source_line(stack_trace: str | None) -> str | None:

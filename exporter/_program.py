@@ -228,6 +228,15 @@ class ONNXProgram:
         return None if self.record is None else self.record.capture_strategy
 
     @property
+    def specialized_dims(self) -> list[Any]:
+        """Dims declared dynamic (or left free) that a guard held at one size or made constant,
+        each with the guard and the user's source line (``exporter._dynamic_shapes.DimAudit``).
+        """
+        from exporter._dynamic_shapes import specialized
+
+        return [] if self.record is None else specialized(self.record.dim_audit)
+
+    @property
     def model_proto(self):
         """A fresh ``onnx.ModelProto`` of the current model."""
         return ir.serde.serialize_model(self.model)

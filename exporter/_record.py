@@ -40,6 +40,8 @@ class ExportRecord:
     verification: Any = None  # exporter.verify.VerificationResult when verify ran
     registry: Any = None  # the ops Registry translation used, custom_translation_table included
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: exporter._dynamic_shapes.DimAudit per declared-dynamic or guard-held input dim
+    dim_audit: list[Any] = dataclasses.field(default_factory=list)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:

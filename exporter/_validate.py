@@ -124,6 +124,8 @@ def check_leaves(tree: Any, path: str = "inputs") -> None:
 def check_patches(patches: Any) -> None:
     from exporter._capture_patches import CAPTURE_PATCHES
 
+    if patches is None:  # the default: the patches made for the model's kind apply
+        return
     if isinstance(patches, str) or not all(isinstance(p, str) for p in patches):
         raise InvalidExportArgumentsError(
             f"capture_patches must be a list of names, got {patches!r}"

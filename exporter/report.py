@@ -23,6 +23,7 @@ SECTIONS = (
     "Errors",
     "Unsupported ops",
     "Exported program",
+    "Dynamic dims",
     "Graph summary",
     "Accuracy",
     "Bisection",
@@ -83,6 +84,7 @@ def write_report(
         "Errors": lambda: _errors_section(record, error),
         "Unsupported ops": lambda: _unsupported(record),
         "Exported program": lambda: _exported_program(record, program),
+        "Dynamic dims": lambda: _dims_audit(record),
         "Graph summary": lambda: _graph_summary(record, program),
         "Accuracy": lambda: _accuracy(record),
         "Bisection": lambda: _bisection(record),
@@ -92,6 +94,13 @@ def write_report(
         parts.append(_section(title, renderers[title]))
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return path
+
+
+def _dims_audit(record: Any) -> str:
+    from exporter._dynamic_shapes import specialized_dims_table
+
+    table = specialized_dims_table(getattr(record, "dim_audit", []))
+    return table or "_No dim was declared dynamic, and no guard held one._"
 
 
 def _section(title: str | None, render: Callable[[], str]) -> str:

@@ -439,7 +439,7 @@ def _plan_second_shape(
         low, high = ranges.get(str(sym), (0, None))
         if low == high:
             # A range narrowed to the example size by a deferred guard (see
-            # _dynamic_shapes.narrowed_dims): the graph keeps the dim symbolic, so test it.
+            # _dynamic_shapes.audit_dims): the graph keeps the dim symbolic, so test it.
             low, high = 0, None
         low = max(low, MIN_DYNAMIC_SIZE)
         grown = max(old + delta, low)

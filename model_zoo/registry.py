@@ -81,6 +81,9 @@ class ModelCase:
     capture: str | None = None
     notes: str = ""
     custom_translation_table_factory: Callable[[], dict[Any, Callable[..., Any]]] | None = None
+    #: replaces the element-wise comparison: (eager outputs, ONNX outputs) -> problems, none
+    #: when they agree (detections compare up to score ties: exporter.detection_match)
+    compare: Callable[[Any, Any], list[str]] | None = None
 
     @property
     def tags(self) -> frozenset[str]:

@@ -8,6 +8,7 @@ the architecture accepts, so the full tier stays affordable on a CPU; nothing is
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
+from exporter.detection_match import DETECTION_KEYS, match_flat_detections
 from model_zoo._common import generator_for, seed_for
 from model_zoo.init import calibrate_batch_norm_, reinit_
 from model_zoo.registry import Inputs, ModelCase, register
@@ -230,8 +232,21 @@ _DETECTION_NOTES = (
     "Input is a list of one 3xHxW image (H and W dynamic); the model resizes it internally. "
     "weights_backbone=None, small num_classes, score threshold 0 so the output is never empty. "
     "Outputs are boxes/scores/labels after NMS and top-k, so tiny numeric differences can "
-    "reorder detections."
+    "reorder detections: they are compared up to score ties (exporter.detection_match). "
+    "Exported with default arguments: the exporter applies its torchvision-detection capture "
+    "patches itself."
 )
+
+
+def _detection_keys(model_name: str) -> tuple[str, ...]:
+    """The output dict's keys in the order the model returns (and the export flattens) them."""
+    if "rcnn" not in model_name:  # RetinaNet, FCOS, SSD and SSDlite
+        return ("boxes", "scores", "labels")
+    if model_name.startswith("maskrcnn"):
+        return (*DETECTION_KEYS, "masks")
+    if model_name.startswith("keypointrcnn"):
+        return (*DETECTION_KEYS, "keypoints", "keypoints_scores")
+    return DETECTION_KEYS
 
 
 def _register_detection() -> None:
@@ -267,7 +282,7 @@ def _detection_case(
             sizes=sizes,
             second_sizes={"height": 136, "width": 112},
             dynamic_shapes=([{1: "height", 2: "width"}],),
-            capture="torchvision-detection",
+            compare=functools.partial(match_flat_detections, keys=_detection_keys(model_name)),
             notes=_DETECTION_NOTES,
         )
     )

@@ -60,3 +60,34 @@ def test_scan_two_sizes():
         dynamic_shapes=({0: "f"}, {0: "t", 1: "f"}),
         second_args=(torch.rand(4), torch.rand(9, 4)),
     )
+
+
+class CondWithUntranslatedOp(torch.nn.Module):
+    """binary_cross_entropy has no translation of its own: only its decomposition exports."""
+
+    def forward(self, x, target):
+        def loss(p, t):
+            return torch.nn.functional.binary_cross_entropy(p, t, reduction="none")
+
+        return torch.cond(x.sum() > 0, loss, lambda p, t: p - t, (torch.sigmoid(x), target))
+
+
+def test_control_flow_alone_does_not_force_decomposition():
+    for module, args in (
+        (Cond(), (torch.rand(4),)),
+        (WhileLoop(), (torch.rand(3) + 0.5, torch.tensor([40.0]))),
+        (CumulativeScan(), (torch.rand(3), torch.rand(5, 3))),
+    ):
+        program = check_op(module, args)
+        assert program.record.decomposition_reason is None, type(module).__name__
+
+
+def test_untranslated_op_in_a_branch_still_decomposes():
+    x, target = torch.rand(6) + 0.1, torch.rand(6)
+    program = check_op(
+        CondWithUntranslatedOp(),
+        (x, target),
+        dynamic_shapes=({0: "n"}, {0: "n"}),
+        second_args=(-torch.rand(9) - 0.1, torch.rand(9)),
+    )
+    assert "binary_cross_entropy" in program.record.decomposition_reason

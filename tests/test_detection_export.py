@@ -1,7 +1,9 @@
-"""torchvision detection models export under the opt-in capture patches and match eager.
+"""torchvision detection models export with default arguments and match eager.
 
-The patches (exporter/_capture_patches.py) replace the torchvision functions torch.export cannot
-capture; they are applied here around ``exporter.export`` directly. Detections are compared up
+The capture patches (exporter/_capture_patches.py) replace the torchvision functions
+torch.export cannot capture; export applies them itself to a detection model (the SSDlite test
+applies them around ``exporter.export``, the way a user can for a model export does not
+recognise). Detections are compared up
 to ties: two detections whose scores differ by less than the tolerance may come out in either
 order, and near the ``detections_per_img`` cut-off either may be the one kept.
 """
@@ -16,13 +18,16 @@ import pytest
 import torch
 
 import exporter
-from exporter._capture_patches import CAPTURE_PATCHES, torchvision_detection_patches
+from exporter._capture_patches import (
+    CAPTURE_PATCHES,
+    patches_for,
+    resolve,
+    torchvision_detection_patches,
+)
+from exporter.detection_match import match_detections
 
 torchvision = pytest.importorskip("torchvision")
 detection = torchvision.models.detection
-
-SCORE_ATOL = 1e-3
-BOX_ATOL = 0.5  # pixels, on 100-pixel images
 
 
 @functools.cache
@@ -62,38 +67,11 @@ def run_onnx(program: exporter.ONNXProgram, img: torch.Tensor) -> list[np.ndarra
 
 def assert_detections_match(outputs: list[np.ndarray], expected: dict[str, torch.Tensor]):
     """Same detections up to ties (see the module docstring)."""
-    got = dict(zip(expected, outputs))  # the ONNX outputs follow the eager dict's order
-    exp = {k: v.numpy() for k, v in expected.items()}
-    assert got["scores"].dtype == np.float32 and got["labels"].dtype == np.int64
-    assert got["boxes"].shape == (len(got["scores"]), 4)
-    assert len(got["scores"]) == len(exp["scores"])
-    assert np.all(np.diff(got["scores"]) <= SCORE_ATOL), "scores are not sorted"
-    unmatched = list(range(len(exp["scores"])))
-    cutoff = exp["scores"].min() if len(exp["scores"]) else 0.0
-    for i, (box, score, label) in enumerate(zip(got["boxes"], got["scores"], got["labels"])):
-        match = next(
-            (
-                j
-                for j in unmatched
-                if exp["labels"][j] == label
-                and abs(exp["scores"][j] - score) <= SCORE_ATOL
-                and np.abs(exp["boxes"][j] - box).max() <= BOX_ATOL
-            ),
-            None,
-        )
-        if match is None:
-            # Only a near-tie at the detections_per_img cut-off may differ.
-            assert score <= cutoff + SCORE_ATOL, (
-                f"ONNX detection {i} (label {label}, score {score:.5f}, box {box}) is not among "
-                f"eager's detections: {exp}"
-            )
-        else:
-            unmatched.remove(match)
-    for j in unmatched:
-        assert exp["scores"][j] <= got["scores"].min() + SCORE_ATOL, (
-            f"eager detection {j} (label {exp['labels'][j]}, score {exp['scores'][j]:.5f}) is "
-            f"missing from the ONNX output"
-        )
+    problems = match_detections(
+        {k: v.numpy() for k, v in expected.items()},
+        dict(zip(expected, outputs)),  # the ONNX outputs follow the eager dict's order
+    )
+    assert not problems, "\n".join(problems)
 
 
 def detection_count_dim(program: exporter.ONNXProgram):
@@ -162,6 +140,7 @@ def test_patched_models_compute_what_torchvision_computes(name, score_thresh):
 
 
 # -------------------------------------------------------------------------------- exports
+@pytest.mark.slow
 def test_fasterrcnn_mobilenet_exports_and_matches_eager():
     model = build("fasterrcnn_mobilenet_v3_large_320_fpn")
     img = image(120, 104)
@@ -169,8 +148,10 @@ def test_fasterrcnn_mobilenet_exports_and_matches_eager():
     # them through the patch (wrong scales would pool other features and change detections).
     pooler = model.roi_heads.box_roi_pool
     pooler.scales = pooler.map_levels = None
-    with torchvision_detection_patches():
-        program = exporter.export(model, ([img],))
+    program = exporter.export(model, ([img],))  # default arguments: the patches apply
+    assert any(
+        "capture_patches=['torchvision-detection'] automatically" in n for n in program.record.notes
+    )
     # The number of detections is data-dependent: it must stay symbolic in the model.
     assert not isinstance(detection_count_dim(program), int)
     with torch.no_grad():
@@ -179,6 +160,7 @@ def test_fasterrcnn_mobilenet_exports_and_matches_eager():
     assert_detections_match(run_onnx(program, img), expected)
 
 
+@pytest.mark.slow
 def test_ssdlite_exports_with_dynamic_image_size_and_matches_eager_at_two_sizes():
     model = build("ssdlite320_mobilenet_v3_large")
     img = image(120, 104)
@@ -191,3 +173,37 @@ def test_ssdlite_exports_with_dynamic_image_size_and_matches_eager_at_two_sizes(
         with torch.no_grad():
             expected = model([img])[0]
         assert_detections_match(run_onnx(program, img), expected)
+
+
+def test_detection_models_are_recognised():
+    assert patches_for(build("ssdlite320_mobilenet_v3_large")) == ["torchvision-detection"]
+    assert patches_for(torch.nn.Linear(2, 2)) == []
+    assert resolve(None, torch.nn.Linear(2, 2)) == ((), None)
+    assert resolve((), build("ssdlite320_mobilenet_v3_large")) == ((), None)
+
+
+@pytest.mark.slow
+def test_patches_turned_off_fail_capture_and_name_the_patch_and_line():
+    model = build("fasterrcnn_mobilenet_v3_large_320_fpn")
+    with pytest.raises(exporter.OnnxExporterError) as caught:
+        exporter.export(model, ([image(120, 104)],), capture_patches=())
+    message = str(caught.value)
+    assert "capture_patches=['torchvision-detection']" in message
+    assert "torchvision/ops/boxes.py" in message
+
+
+@pytest.mark.parametrize("count", [0, 1, 30])
+def test_mask_paste_patch_equals_torchvision(count):
+    from torchvision.models.detection import roi_heads
+
+    from exporter._capture_patches import _paste_masks_in_image
+
+    generator = torch.Generator().manual_seed(count)
+    masks = torch.rand(count, 1, 28, 28, generator=generator)
+    corner = torch.rand(count, 2, generator=generator) * 60
+    size = torch.rand(count, 2, generator=generator) * 60 + 0.3  # below 1 pixel too
+    boxes = torch.cat([corner, corner + size], dim=1)  # inside the image, as the model's are
+    expected = roi_heads.paste_masks_in_image(masks, boxes, (100, 90))
+    torch.testing.assert_close(
+        _paste_masks_in_image(masks, boxes, (100, 90)), expected, rtol=0, atol=1e-5
+    )
