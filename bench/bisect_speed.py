@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 import exporter  # noqa: E402
 from exporter import bisect, verify  # noqa: E402
+from exporter.diagnostics.compare import FALLBACK_TOLERANCE  # noqa: E402
 
 TARGET_RATIO = 3.0
 
@@ -81,7 +82,7 @@ def main() -> int:
         f"  ours  outputs-only verification     {outputs_only:8.2f} s  "
         f"({'match' if result.ok else 'MISMATCH: ' + result.summary()})"
     )
-    rtol, atol = verify.FALLBACK_TOLERANCE
+    rtol, atol = FALLBACK_TOLERANCE
     ours_bisect, found = _timed(
         lambda: bisect.bisect(
             program, (x,), rtol=rtol, atol=atol, registry=exporter.DEFAULT_REGISTRY

@@ -186,8 +186,8 @@ def _maybe_write_repro(
     if error is not None and record.model is None and translated is not None:
         repro.write_failed_export_repro(folder, record, error, stage=outcome(record, error))
         return (
-            f"`{folder}` (the program that failed to translate, as exported_program.pt2, "
-            f"with its example inputs)"
+            f"`{folder}` (the program that failed to translate with its example inputs; "
+            f"`python rerun_export.py` there re-runs the export)"
         )
     return None
 
@@ -480,7 +480,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _accuracy(record: Any) -> str:
-    from exporter.verify import ERROR_BIN_LABELS
+    from exporter.diagnostics.compare import ERROR_BIN_LABELS
 
     verification = getattr(record, "verification", None)
     if verification is None:

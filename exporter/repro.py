@@ -7,11 +7,18 @@ Layout (shared with the conformance harness's repro directories)::
     expected.npz          reference outputs as output_0, output_1, ...
     inputs2.npz           optional second input set (the second shape of a dynamic model)
     expected2.npz         its reference outputs
-    exported_program.pt2  the torch.export program, when there is one (torch.export.load)
-    case.json             id, provider, rtol/atol, notes; which arrays are bfloat16
+    weights.npz           when the export failed: the failing program's weights
+    rerun_export.py       when the export failed: rebuilds that program and re-runs the export
+    case.json             id, provider, rule, rtol/atol, notes; which arrays are bfloat16
     repro.py              numpy + onnxruntime only: runs the model, compares, exits 1 on mismatch
+    compare.py            the comparison rule repro.py applies (exporter/diagnostics/compare.py)
 
 bfloat16 arrays are stored as uint16 (npz has no bfloat16) and listed in case.json.
+
+Nothing in a repro directory runs code when it is loaded: arrays are npz files read with
+``allow_pickle=False``, and no serialised program is written (a ``.pt2`` archive stores tensors
+in torch's pickle-based format); a failed export carries its program as Python source in
+``rerun_export.py`` instead.
 """
 
 from __future__ import annotations
@@ -24,127 +31,35 @@ from typing import Any
 
 import numpy as np
 
+from exporter.diagnostics.compare import resolve_tolerance
+
 MODEL_FILE = "model.onnx"
 CASE_FILE = "case.json"
 SCRIPT_FILE = "repro.py"
-PROGRAM_FILE = "exported_program.pt2"
+COMPARE_FILE = "compare.py"
+RERUN_FILE = "rerun_export.py"
+WEIGHTS_FILE = "weights.npz"
 #: Models whose serialised size passes this go to an external data file (protobuf's limit is 2 GiB).
 EXTERNAL_DATA_BYTES = 1536 * 1024 * 1024
 
-REPRO_SCRIPT = '''\
-"""Re-run a failing ONNX model: python repro.py [--provider cpu|cuda|reference]
-
-Needs numpy and onnxruntime (onnx for --provider reference, ml_dtypes for bfloat16 arrays).
-Exits 0 when every output matches the expected outputs saved next to this script, else 1.
-"""
-import argparse
-import json
-import pathlib
-import sys
-
-import numpy as np
-
-HERE = pathlib.Path(__file__).resolve().parent
-CASE = json.loads((HERE / "case.json").read_text())
+#: The script and the comparison rule it imports, copied beside every repro's data.
+SCRIPT_SOURCES = {
+    SCRIPT_FILE: Path(__file__).with_name("diagnostics") / "repro_script.py",
+    COMPARE_FILE: Path(__file__).with_name("diagnostics") / "compare.py",
+}
 
 
-def load(name):
-    with np.load(HERE / name, allow_pickle=False) as data:
-        arrays = {key: data[key] for key in data.files}
-    for key in CASE.get("bfloat16", {}).get(name, []):
-        import ml_dtypes
-
-        arrays[key] = arrays[key].view(ml_dtypes.bfloat16)
-    return arrays
+#: Where rerun_export.py's template takes the failing program's code.
+PROGRAM_CODE_MARKER = "# PROGRAM CODE\n"
 
 
-def run(provider, feeds):
-    model = HERE / "model.onnx"
-    if provider == "reference":
-        from onnx.reference import ReferenceEvaluator
-
-        return [np.asarray(o) for o in ReferenceEvaluator(str(model)).run(None, feeds)]
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if CASE.get("ort_optimization") == "disable_all":
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    wanted = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}[provider]
-    providers = [wanted] + (["CPUExecutionProvider"] if provider != "cpu" else [])
-    session = ort.InferenceSession(str(model), options, providers=providers)
-    declared = [i.name for i in session.get_inputs()]
-    return [np.asarray(o) for o in session.run(None, {k: feeds[k] for k in declared})]
+def install_scripts(folder: Path) -> None:
+    """Copy ``repro.py`` and the ``compare.py`` it judges outputs with into ``folder``."""
+    for name, source in SCRIPT_SOURCES.items():
+        shutil.copyfile(source, folder / name)
 
 
-def check(index, want, got, rtol, atol):
-    """(ok, line) for one output: shape, dtype, NaN/inf positions, |got - want| <= atol + rtol|want|."""
-    if want.shape != got.shape or want.dtype != got.dtype:
-        return False, f"output {index}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
-    if want.size == 0 or CASE.get("shape_only"):
-        return True, f"output {index}: {want.dtype}{list(want.shape)}, shape and dtype match"
-    w, g = want.astype(np.float64), got.astype(np.float64)
-    if want.dtype.kind in "biu":
-        off = w != g
-    else:
-        agree = (np.isnan(w) & np.isnan(g)) | (np.isinf(w) & (w == g))
-        finite = np.isfinite(w) & np.isfinite(g)
-        off = ~finite & ~agree
-        off[finite] = np.abs(g[finite] - w[finite]) > atol + rtol * np.abs(w[finite])
-        w, g = np.where(finite, w, 0.0), np.where(finite, g, 0.0)
-    diff = np.abs(g - w)
-    rel = diff[w != 0] / np.abs(w[w != 0])
-    line = (f"output {index}: max abs error {diff.max():.6g}, max rel error "
-            f"{rel.max() if rel.size else 0.0:.6g}, {int(off.sum())}/{w.size} elements off "
-            f"(rtol={rtol:g}, atol={atol:g})")
-    return not off.any(), line
-
-
-def main():
-    parser = argparse.ArgumentParser(description=CASE.get("id", "repro"))
-    parser.add_argument("--provider", default=CASE.get("provider", "cpu"),
-                        choices=["cpu", "cuda", "reference"])
-    provider = parser.parse_args().provider
-    print(f"case: {CASE.get('id', '?')}")
-    for key in ("status", "stage", "error", "note"):
-        if CASE.get(key):
-            print(f"{key}: {str(CASE[key])[:500]}")
-    if not (HERE / "model.onnx").exists():
-        print("no model.onnx here: the export itself failed, so there is nothing to run")
-        return 1
-    tolerances = CASE.get("tolerances")
-    all_ok = True
-    for suffix, label in (("", "example inputs"), ("2", "second shape")):
-        if not (HERE / f"inputs{suffix}.npz").exists():
-            continue
-        feeds = load(f"inputs{suffix}.npz")
-        expected = load(f"expected{suffix}.npz")
-        shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in feeds.items())
-        print(f"--- {label}: {shapes}")
-        try:
-            actual = run(provider, feeds)
-        except Exception as exc:
-            print(f"MISMATCH: {provider} failed: {type(exc).__name__}: {exc}")
-            all_ok = False
-            continue
-        if len(actual) != len(expected):
-            print(f"MISMATCH: {len(actual)} outputs, expected {len(expected)}")
-            all_ok = False
-        for i, got in enumerate(actual[:len(expected)]):
-            rtol, atol = tolerances[i] if tolerances and i < len(tolerances) else (
-                CASE["rtol"], CASE["atol"])
-            ok, line = check(i, expected[f"output_{i}"], got, rtol, atol)
-            print(("ok       " if ok else "MISMATCH ") + line)
-            all_ok = all_ok and ok
-    print("result: " + ("all outputs match" if all_ok else "MISMATCH"))
-    return 0 if all_ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
-
-def _save_npz(path: Path, arrays: Mapping[str, np.ndarray], case: dict[str, Any]) -> None:
+def save_arrays(path: Path, arrays: Mapping[str, np.ndarray], case: dict[str, Any]) -> None:
     stored = {}
     for name, array in arrays.items():
         array = np.asarray(array)
@@ -201,7 +116,6 @@ def write_repro(
     model_proto: Any,
     inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
     expected: Sequence[np.ndarray],
-    exported_program: Any = None,
     rtol: float,
     atol: float,
     input_names: Sequence[str] | None = None,
@@ -209,6 +123,8 @@ def write_repro(
     expected2: Sequence[np.ndarray] | None = None,
     tolerances: Sequence[tuple[float, float]] | None = None,
     meta: Mapping[str, Any] | None = None,
+    extra_arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    extra_scripts: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a repro directory (layout in the module docstring) and return its path.
 
@@ -218,6 +134,7 @@ def write_repro(
     gives (rtol, atol) per output. ``meta`` goes into case.json: ``id``, ``provider``
     (cpu|cuda|reference), ``ort_optimization`` ("disable_all" to turn onnxruntime's graph
     optimisations off), ``status``, ``stage``, ``error``, ``note`` and anything else useful.
+    ``extra_arrays`` are more npz files by name, ``extra_scripts`` more files by name and text.
     An existing repro directory at ``folder`` is replaced; any other non-empty folder is an error.
     """
     folder = Path(folder)
@@ -242,23 +159,19 @@ def write_repro(
     if tolerances is not None:
         case["tolerances"] = [[float(r), float(a)] for r, a in tolerances]
     model_inputs = _write_model(folder, model_proto) if model_proto is not None else None
-    _save_npz(folder / "inputs.npz", _named_inputs(inputs, input_names, model_inputs), case)
-    _save_npz(folder / "expected.npz", {f"output_{i}": o for i, o in enumerate(expected)}, case)
+    save_arrays(folder / "inputs.npz", _named_inputs(inputs, input_names, model_inputs), case)
+    save_arrays(folder / "expected.npz", {f"output_{i}": o for i, o in enumerate(expected)}, case)
     if inputs2 is not None and expected2 is not None:
-        _save_npz(folder / "inputs2.npz", _named_inputs(inputs2, input_names, model_inputs), case)
-        _save_npz(
+        save_arrays(folder / "inputs2.npz", _named_inputs(inputs2, input_names, model_inputs), case)
+        save_arrays(
             folder / "expected2.npz", {f"output_{i}": o for i, o in enumerate(expected2)}, case
         )
-    if exported_program is not None:
-        try:
-            import torch
-
-            torch.export.save(exported_program, folder / PROGRAM_FILE)
-        except Exception as exc:  # noqa: BLE001 - the repro works without it
-            case["exported_program_error"] = f"{type(exc).__name__}: {exc}"
-            (folder / PROGRAM_FILE).unlink(missing_ok=True)
+    for name, arrays in (extra_arrays or {}).items():
+        save_arrays(folder / name, arrays, case)
+    for name, text in (extra_scripts or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
     (folder / CASE_FILE).write_text(json.dumps(case, indent=1, default=str), encoding="utf-8")
-    (folder / SCRIPT_FILE).write_text(REPRO_SCRIPT, encoding="utf-8")
+    install_scripts(folder)
     return folder
 
 
@@ -271,11 +184,8 @@ def write_verification_repro(folder: str | Path, program: Any, verification: Any
     per_output = None
     if runs and runs[0].outputs:
         per_output = [(o.rtol, o.atol) for o in runs[0].outputs]
-    if rtol is None or atol is None:
-        from exporter.verify import FALLBACK_TOLERANCE
-
-        rtol = FALLBACK_TOLERANCE[0] if rtol is None else rtol
-        atol = FALLBACK_TOLERANCE[1] if atol is None else atol
+    # No one dtype speaks for all outputs: the fallback, as for dtypes the table does not list.
+    rtol, atol = resolve_tolerance("export", None, rtol, atol)
     problems = verification.problems()
     meta = {
         "id": f"export of {getattr(getattr(program, 'record', None), 'model_class', 'model')}",
@@ -291,7 +201,6 @@ def write_verification_repro(folder: str | Path, program: Any, verification: Any
         model_proto=program.model,
         inputs=case.feeds,
         expected=case.expected,
-        exported_program=program.exported_program,
         rtol=rtol,
         atol=atol,
         inputs2=case.feeds2,
@@ -316,44 +225,97 @@ def write_failed_export_repro(
     folder: str | Path, record: Any, error: BaseException, *, stage: str
 ) -> Path:
     """The repro of an export that failed before an ONNX model existed: the program it was
-    translating (``exported_program.pt2``) and that program's example inputs."""
-    import torch
-    from torch.export import graph_signature as gs
-
+    translating, as Python source in ``rerun_export.py`` with its weights in ``weights.npz``, and
+    that program's example inputs. When the program cannot be written as source (a submodule,
+    a non-tensor input or constant), case.json says why and the inputs are still kept."""
     from exporter._program import _to_numpy, flatten_inputs
 
     program = record.exported_program or record.captured_program
-    feeds: dict[str, np.ndarray] = {}
-    if program.example_inputs is not None:
-        args, kwargs = program.example_inputs
-        names = [
-            s.arg.name
-            for s in program.graph_signature.input_specs
-            if s.kind == gs.InputKind.USER_INPUT and isinstance(s.arg, gs.TensorArgument)
-        ]
-        tensors = [t for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
-        feeds = {
-            names[i] if i < len(names) else f"input_{i}": _to_numpy(t)
-            for i, t in enumerate(tensors)
-        }
-    meta = {
+    feeds = _example_feeds(program, flatten_inputs, _to_numpy)
+    meta: dict[str, Any] = {
         "id": f"export of {record.model_class or 'model'}",
         "status": "fail",
         "stage": stage,
         "error": f"{type(error).__name__}: {error}"[:4000],
-        "note": (
-            "the export failed before an ONNX model existed; re-run it from the saved "
-            'program with: python -c "import torch, exporter; exporter.export('
-            "torch.export.load('exported_program.pt2'), report=True)\""
-        ),
+        "input_order": list(feeds),
     }
+    extra_arrays: dict[str, dict[str, np.ndarray]] = {}
+    extra_scripts: dict[str, str] = {}
+    try:
+        placeholders, weights, code = _program_as_source(program, _to_numpy, len(feeds))
+    except ValueError as exc:
+        meta["note"] = (
+            f"the export failed before an ONNX model existed; {RERUN_FILE} was not written: {exc}"
+        )
+    else:
+        meta["placeholders"] = placeholders
+        meta["rerun"] = f"python {RERUN_FILE} (needs torch and the exporter)"
+        meta["note"] = (
+            f"the export failed before an ONNX model existed; python {RERUN_FILE} rebuilds the "
+            f"program it was translating and re-runs the export"
+        )
+        extra_arrays[WEIGHTS_FILE] = weights
+        template = (Path(__file__).with_name("diagnostics") / "rerun_export_script.py").read_text(
+            encoding="utf-8"
+        )
+        extra_scripts[RERUN_FILE] = template.replace(PROGRAM_CODE_MARKER, code.strip() + "\n")
     return write_repro(
         folder,
         model_proto=None,
         inputs=feeds,
         expected=[],
-        exported_program=program,
         rtol=0.0,
         atol=0.0,
         meta=meta,
+        extra_arrays=extra_arrays,
+        extra_scripts=extra_scripts,
     )
+
+
+def _example_feeds(program: Any, flatten_inputs: Any, to_numpy: Any) -> dict[str, np.ndarray]:
+    import torch
+    from torch.export import graph_signature as gs
+
+    if program.example_inputs is None:
+        return {}
+    args, kwargs = program.example_inputs
+    names = [
+        s.arg.name
+        for s in program.graph_signature.input_specs
+        if s.kind == gs.InputKind.USER_INPUT and isinstance(s.arg, gs.TensorArgument)
+    ]
+    tensors = [t for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
+    return {
+        names[i] if i < len(names) else f"input_{i}": to_numpy(t) for i, t in enumerate(tensors)
+    }
+
+
+def _program_as_source(
+    program: Any, to_numpy: Any, tensor_inputs: int
+) -> tuple[list[str | None], dict[str, np.ndarray], str]:
+    """(placeholder targets, None for user inputs; weights by target; the graph's Python code).
+    ValueError when the program does not fit that form."""
+    import torch
+    from torch.export import graph_signature as gs
+
+    module = program.graph_module
+    children = [name for name, _ in module.named_children()]
+    if children:
+        raise ValueError(f"the program calls submodules {children} (control flow)")
+    placeholders: list[str | None] = []
+    weights: dict[str, np.ndarray] = {}
+    tables = {**program.state_dict, **program.constants}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == gs.InputKind.USER_INPUT:
+            if not isinstance(spec.arg, gs.TensorArgument):
+                raise ValueError(f"user input {spec.arg} is not a tensor")
+            placeholders.append(None)
+            continue
+        value = tables.get(spec.target)
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{spec.kind.name.lower()} {spec.target} is not a tensor")
+        placeholders.append(spec.target)
+        weights[spec.target] = to_numpy(value.detach())
+    if placeholders.count(None) != tensor_inputs:
+        raise ValueError("the example inputs do not match the program's user inputs")
+    return placeholders, weights, module.code

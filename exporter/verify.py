@@ -25,35 +25,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from exporter._errors import OnnxCheckerError, OnnxVerificationError
-
-#: Upper edges of the absolute-error histogram buckets; the last bucket is ">= 1".
-ERROR_BIN_EDGES = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-ERROR_BIN_LABELS = (
-    "<1e-7",
-    "<1e-6",
-    "<1e-5",
-    "<1e-4",
-    "<1e-3",
-    "<1e-2",
-    "<0.1",
-    "<1",
-    ">=1",
-)
-
-#: Default tolerances by output dtype. onnxruntime accumulates reductions, matmuls and
-#: convolutions in another order than torch CPU, and its fp16 kernels compute in fp16.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-7),
-    "float32": (1e-3, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-}
-#: Tolerance for dtypes not listed (integers and bools compare exactly anyway).
-FALLBACK_TOLERANCE = (1e-3, 1e-4)
-#: Growth tried for dynamic dimensions, in order, until the eager module accepts the inputs.
-SECOND_SHAPE_DELTAS = (1, 2)
-#: torch.export specialises sizes 0 and 1, so a changed dynamic dimension never goes below 2.
-MIN_DYNAMIC_SIZE = 2
+from exporter.diagnostics.compare import compare_arrays, resolve_tolerance
+from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
 
 
 class OnnxVerificationWarning(UserWarning):
@@ -175,18 +148,6 @@ class VerificationResult:
 
 
 # ------------------------------------------------------------------------------ comparison
-def _tolerance(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    default = DEFAULT_TOLERANCES.get(dtype, FALLBACK_TOLERANCE)
-    return (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
-
-
-def _histogram(diff: np.ndarray) -> list[int]:
-    edges = np.concatenate([[-np.inf], np.asarray(ERROR_BIN_EDGES), [np.inf]])
-    # Right-open buckets: an error exactly 1e-5 counts as "<1e-4".
-    counts = np.histogram(diff, bins=edges)[0] if diff.size else np.zeros(len(edges) - 1)
-    return [int(c) for c in counts]
-
-
 def compare_output(
     index: int,
     name: str,
@@ -196,12 +157,12 @@ def compare_output(
     rtol: float | None,
     atol: float | None,
 ) -> OutputComparison:
-    """Shape, dtype and values of one output against its expected array."""
-    from exporter.bisect import compare_values
-
+    """Shape, dtype and values of one output against its expected array (``rtol``/``atol``
+    default by the expected dtype)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     e_dtype, a_dtype = str(expected.dtype), str(actual.dtype)
-    r, a = _tolerance(e_dtype, rtol, atol)
+    r, a = resolve_tolerance("export", e_dtype, rtol, atol)
+    values = compare_arrays(expected, actual, rtol=r, atol=a, histogram=True)
     result = OutputComparison(
         index=index,
         name=name,
@@ -211,34 +172,21 @@ def compare_output(
         actual_shape=tuple(actual.shape),
         expected_dtype=e_dtype,
         actual_dtype=a_dtype,
+        max_abs=values.max_abs,
+        max_rel=values.max_rel,
+        mismatched=values.mismatched,
         total=int(expected.size),
+        histogram=values.histogram,
         rtol=r,
         atol=a,
     )
     problems = []
     if e_dtype != a_dtype:
         problems.append(f"dtype {a_dtype} != expected {e_dtype}")
-    if expected.shape != actual.shape:
-        problems.append(f"shape {list(actual.shape)} != expected {list(expected.shape)}")
-        result.ok, result.message = False, "; ".join(problems)
-        return result
-    ok, message, result.max_abs, result.max_rel = compare_values(expected, actual, rtol=r, atol=a)
-    if expected.size:
-        w, g = expected.astype(np.float64), actual.astype(np.float64)
-        finite = np.isfinite(w) & np.isfinite(g)
-        diff = np.abs(g[finite] - w[finite])
-        result.histogram = _histogram(diff)
-        if expected.dtype.kind in "biu":
-            result.mismatched = int(np.count_nonzero(w != g))
-        else:
-            # NaN against NaN and equal infinities agree; any other non-finite pair does not.
-            agreeing = (np.isnan(w) & np.isnan(g)) | (np.isinf(w) & (w == g))
-            off_finite = np.count_nonzero(diff > a + r * np.abs(w[finite]))
-            result.mismatched = int(off_finite + np.count_nonzero(~finite & ~agreeing))
-    if not ok:
-        problems.append(message)
+    if not values.ok:
+        problems.append(values.message)
     result.ok = not problems
-    result.message = "; ".join(problems) if problems else message
+    result.message = "; ".join(problems) if problems else values.message
     return result
 
 
@@ -512,28 +460,6 @@ def _finite_int(bound: Any) -> int | None:
     return value if abs(value) < 2**62 else None
 
 
-def grow_tensor(tensor: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
-    """A tensor of ``shape`` whose leading block is ``tensor``: index tensors stay in range and
-    masks keep their pattern. New float elements are uniform between the tensor's finite min
-    and max; new integer and bool elements are drawn from the tensor's own values."""
-    flat = tensor.detach().reshape(-1)
-    if flat.numel() == 0 or 0 in shape:
-        grown = torch.zeros(shape, dtype=tensor.dtype)
-    elif tensor.is_floating_point():
-        finite = flat[torch.isfinite(flat)].double()
-        low, high = (finite.min().item(), finite.max().item()) if finite.numel() else (-1.0, 1.0)
-        grown = (
-            low + (high - low) * torch.rand(shape, generator=generator, dtype=torch.float64)
-        ).to(tensor.dtype)
-    elif tensor.is_complex():
-        grown = torch.randn(shape, generator=generator, dtype=tensor.dtype)
-    else:
-        grown = flat[torch.randint(0, flat.numel(), shape, generator=generator)].clone()
-    block = tuple(slice(0, min(a, b)) for a, b in zip(tensor.shape, shape))
-    grown[block] = tensor.detach()[block]
-    return grown
-
-
 # ------------------------------------------------------------------------------ the stages
 def run_checker(proto_or_model: Any) -> str:
     """'ok', or the message of ``onnx.checker.check_model(full_check=True)``."""
@@ -626,8 +552,9 @@ def verify_program(
 ) -> VerificationResult:
     """Check, load, run and compare ``program`` with ``eager_model``; see the module docstring.
 
-    ``rtol``/``atol`` default per output dtype (DEFAULT_TOLERANCES). With ``eager_model=None``
-    (the export started from an ExportedProgram) the reference is ``exported_program.module()``.
+    ``rtol``/``atol`` default per output dtype (``diagnostics.compare.TOLERANCES``). With
+    ``eager_model=None`` (the export started from an ExportedProgram) the reference is
+    ``exported_program.module()``.
     Warns with :class:`OnnxVerificationWarning` on any problem; ``strict=True`` raises
     :class:`OnnxVerificationError` (or :class:`OnnxCheckerError` when only the checker failed).
     """
@@ -838,7 +765,7 @@ def _bisect_first_failure(
         expected = result.case.expected2
     else:
         expected = result.case.expected
-    r, a = _tolerance("float32", rtol, atol)
+    r, a = resolve_tolerance("export", "float32", rtol, atol)
     try:
         result.bisection = bisect.bisect(
             program, args, kwargs, rtol=r, atol=a, registry=registry, reference_outputs=expected
