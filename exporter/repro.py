@@ -27,11 +27,15 @@ import json
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from exporter._record import ExportRecord
 from exporter.diagnostics.compare import resolve_tolerance
+
+if TYPE_CHECKING:
+    from exporter.verify import VerificationResult
 
 MODEL_FILE = "model.onnx"
 CASE_FILE = "case.json"
@@ -175,7 +179,9 @@ def write_repro(
     return folder
 
 
-def write_verification_repro(folder: str | Path, program: Any, verification: Any) -> Path:
+def write_verification_repro(
+    folder: str | Path, program: Any, verification: VerificationResult
+) -> Path:
     """The repro of a failed ``verify``: the exported model with the runs' inputs and the
     reference outputs (second-shape inputs too when there were any)."""
     case = verification.case
@@ -210,19 +216,17 @@ def write_verification_repro(folder: str | Path, program: Any, verification: Any
     )
 
 
-def _failed_stage(verification: Any) -> str:
+def _failed_stage(verification: VerificationResult) -> str:
     if verification.ort_load_error:
         return "ort_load"
     for run in verification.runs:
-        if not run.ok:
-            if run.error and run.error.startswith("onnxruntime failed"):
-                return "ort_run" if run.label == "example inputs" else "second_shape_accuracy"
-            return "accuracy" if run.label == "example inputs" else "second_shape_accuracy"
+        if run.failed_stage is not None:
+            return run.failed_stage
     return "second_shape_accuracy" if verification.specialised else "checker"
 
 
 def write_failed_export_repro(
-    folder: str | Path, record: Any, error: BaseException, *, stage: str
+    folder: str | Path, record: ExportRecord, error: BaseException, *, stage: str
 ) -> Path:
     """The repro of an export that failed before an ONNX model existed: the program it was
     translating, as Python source in ``rerun_export.py`` with its weights in ``weights.npz``, and

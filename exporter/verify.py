@@ -25,6 +25,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from exporter._errors import OnnxCheckerError, OnnxVerificationError
+from exporter._record import ExportRecord
 from exporter.diagnostics.compare import compare_arrays, resolve_tolerance
 from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
 
@@ -57,14 +58,27 @@ class OutputComparison:
 class RunComparison:
     """The ONNX model against the reference on one set of inputs."""
 
-    label: str  # "example inputs" or "second shape"
+    label: str  # "example inputs" or "second shape", for display only
     input_shapes: list[tuple[str, tuple[int, ...]]]
     outputs: list[OutputComparison] = dataclasses.field(default_factory=list)
     error: str | None = None  # onnxruntime or the reference raised; or output counts differ
+    #: The run on the generated second-shape inputs (else the example inputs).
+    second_shape: bool = False
+    #: onnxruntime raised, so there are no outputs to compare.
+    runtime_failed: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None and all(o.ok for o in self.outputs)
+
+    @property
+    def failed_stage(self) -> str | None:
+        """The ExportRecord stage this run failed, or None when it passed."""
+        if self.ok:
+            return None
+        if self.second_shape:
+            return "second_shape_accuracy"
+        return "ort_run" if self.runtime_failed else "accuracy"
 
     def shapes_text(self) -> str:
         return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
@@ -495,12 +509,12 @@ def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list
 
 
 def _compare_run(
-    label: str,
     program: Any,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     expected: list[np.ndarray],
     *,
+    second_shape: bool,
     rtol: float | None,
     atol: float | None,
 ) -> RunComparison:
@@ -508,11 +522,13 @@ def _compare_run(
 
     input_names = [v.name or f"input_{i}" for i, v in enumerate(program.model.graph.inputs)]
     shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
-    run = RunComparison(label, list(zip(input_names, shapes)))
+    label = "second shape" if second_shape else "example inputs"
+    run = RunComparison(label, list(zip(input_names, shapes)), second_shape=second_shape)
     try:
         actual = _run_onnx(program, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
         run.error = f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"
+        run.runtime_failed = True
         return run
     names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
     if len(actual) != len(expected):
@@ -543,7 +559,7 @@ def verify_program(
     kwargs: dict[str, Any] | None = None,
     *,
     dynamic_shapes: Any = None,
-    record: Any = None,
+    record: ExportRecord | None = None,
     strict: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
@@ -627,10 +643,10 @@ def verify_program(
     if result.ort_load_error is None:
         start = time.perf_counter()
         first = _compare_run(
-            "example inputs", program, args, kwargs, expected, rtol=rtol, atol=atol
+            program, args, kwargs, expected, second_shape=False, rtol=rtol, atol=atol
         )
         result.runs.append(first)
-        ran = first.error is None or not first.error.startswith("onnxruntime failed")
+        ran = not first.runtime_failed
         status["ort_run"] = "ok" if ran else "failed"
         status["accuracy"] = ("ok" if first.ok else "failed") if ran else "skipped"
         if not ran:
@@ -726,7 +742,7 @@ def _second_shape(
             continue
         result.changed_dims = plan.changed
         run = _compare_run(
-            "second shape", program, new_args, new_kwargs, expected, rtol=rtol, atol=atol
+            program, new_args, new_kwargs, expected, second_shape=True, rtol=rtol, atol=atol
         )
         result.runs.append(run)
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
@@ -760,7 +776,7 @@ def _bisect_first_failure(
     failing = next((r for r in result.runs if not r.ok), None)
     if failing is None or program.exported_program is None:
         return
-    if failing.label == "second shape":
+    if failing.second_shape:
         args, kwargs = result.second_inputs
         expected = result.case.expected2
     else:
@@ -775,7 +791,7 @@ def _bisect_first_failure(
         result.bisection_error = f"{type(exc).__name__}: {exc}"
 
 
-def _record_problems(record: Any, result: VerificationResult) -> None:
+def _record_problems(record: ExportRecord, result: VerificationResult) -> None:
     source = None
     if result.bisection is not None and result.bisection.first is not None:
         source = result.bisection.first.source
@@ -784,12 +800,8 @@ def _record_problems(record: Any, result: VerificationResult) -> None:
         f"dynamic axis specialised: {s}" for s in result.specialised
     )
     for run in result.runs:
-        crashed = run.error is not None and run.error.startswith("onnxruntime failed")
-        if run.label == "second shape":
-            stage = "second_shape_accuracy"
-        else:
-            stage = "ort_run" if crashed else "accuracy"
-        found.setdefault(stage, []).extend(run.problems())
+        if run.failed_stage is not None:
+            found.setdefault(run.failed_stage, []).extend(run.problems())
     for stage, problems in found.items():
         if problems:
             error = OnnxVerificationError("\n".join(problems))
