@@ -4,7 +4,7 @@ A case's artifacts (``model.onnx``, ``inputs.npz``, ``expected.npz``, for dynami
 ``inputs2.npz`` and ``expected2.npz``, ``case.json``, ``repro.py`` and ``compare.py``) are written
 to a scratch directory before onnxruntime runs, so that even a crash leaves them. A case that does
 not pass gets its scratch directory moved to ``RESULTS/repros/<sanitised id>/``. The layout,
-script and comparison rule are ``exporter.repro``'s, the same for op, model and export repros;
+script and comparison rule are ``exporter.diagnostics.repro``'s, the same for op, model and export repros;
 ``case.json`` says which rule (``element`` for ops, ``scale`` for models) applies.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from conformance.cases import sanitise_id
-from exporter.repro import install_scripts, save_arrays
+from exporter.diagnostics.repro import install_scripts, save_arrays
 
 REPROS_DIR = "repros"
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from exporter.verify import VerificationResult
+    from exporter.diagnostics.verify import VerificationResult
 
 #: Stage names, in order. Each is "ok", "failed", "skipped" or absent (not reached).
 STAGES = (

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import exporter
-from exporter import bisect as bisect_mod
 from exporter._api import _registry_with
-from exporter.verify import OnnxVerificationWarning
+from exporter.diagnostics import bisect as bisect_mod
+from exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
 

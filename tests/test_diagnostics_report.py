@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import exporter
-from exporter import report
 from exporter._record import ExportRecord
+from exporter.diagnostics import report
 
 NAME = re.compile(r"onnx_export_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-\d{6}_(\w+)\.md")
 

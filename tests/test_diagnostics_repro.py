@@ -15,7 +15,7 @@ import torch
 
 import exporter
 import exporter.diagnostics.compare
-from exporter import repro
+from exporter.diagnostics import repro
 
 aten = torch.ops.aten
 

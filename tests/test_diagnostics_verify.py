@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import exporter
-from exporter import verify
+from exporter.diagnostics import verify
 from exporter.diagnostics.compare import ERROR_BIN_LABELS
-from exporter.verify import OnnxVerificationWarning
+from exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
 VERIFY_STAGES = ("checker", "ort_load", "ort_run", "accuracy", "second_shape_accuracy")

@@ -70,7 +70,7 @@ def write_report(
     """Write the report of one export into ``folder`` and return its path.
 
     When verification found the model disagreeing with the reference, a repro directory
-    (``exporter.repro``) is written next to it, named like the report with ``_repro``.
+    (``exporter.diagnostics.repro``) is written next to it, named like the report with ``_repro``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -183,7 +183,7 @@ def _maybe_write_repro(
 ) -> str | None:
     """A repro directory next to the report when there is something to reproduce: a model that
     disagrees with the reference, or a program whose translation failed."""
-    from exporter import repro
+    from exporter.diagnostics import repro
 
     folder = report_path.with_name(report_path.stem + "_repro")
     verification = getattr(record, "verification", None)

@@ -4,7 +4,7 @@ Stages, each recorded into ``ExportRecord.status``: ``checker`` (the real
 ``onnx.checker.check_model(full_check=True)``), ``ort_load``, ``ort_run``, ``accuracy`` (values,
 shapes and dtypes against the EAGER module on the example inputs) and ``second_shape_accuracy``
 (the same on generated inputs where every dynamic dimension has another size). When outputs
-diverge, :mod:`exporter.bisect` names the first divergent FX node.
+diverge, :mod:`exporter.diagnostics.bisect` names the first divergent FX node.
 
 The reference is the user's module rather than the exported program, so that capture and
 decomposition bugs show too; the second shape is what catches silently specialised dimensions.
@@ -113,7 +113,7 @@ class VerificationResult:
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     #: What the second-shape inputs changed: "x dim 0: 2 -> 3".
     changed_dims: list[str] = dataclasses.field(default_factory=list)
-    bisection: Any = None  # exporter.bisect.BisectionResult
+    bisection: Any = None  # bisect.BisectionResult
     bisection_error: str | None = None
     repro_dir: Any = None  # Path, set when a repro directory was written
     case: FailingCase | None = dataclasses.field(default=None, repr=False)
@@ -771,7 +771,7 @@ def _bisect_first_failure(
     rtol: float | None,
     atol: float | None,
 ) -> None:
-    from exporter import bisect
+    from exporter.diagnostics import bisect
 
     failing = next((r for r in result.runs if not r.ok), None)
     if failing is None or program.exported_program is None:

@@ -35,7 +35,7 @@ from exporter._record import ExportRecord
 from exporter.diagnostics.compare import resolve_tolerance
 
 if TYPE_CHECKING:
-    from exporter.verify import VerificationResult
+    from exporter.diagnostics.verify import VerificationResult
 
 MODEL_FILE = "model.onnx"
 CASE_FILE = "case.json"
@@ -48,8 +48,8 @@ EXTERNAL_DATA_BYTES = 1536 * 1024 * 1024
 
 #: The script and the comparison rule it imports, copied beside every repro's data.
 SCRIPT_SOURCES = {
-    SCRIPT_FILE: Path(__file__).with_name("diagnostics") / "repro_script.py",
-    COMPARE_FILE: Path(__file__).with_name("diagnostics") / "compare.py",
+    SCRIPT_FILE: Path(__file__).with_name("repro_script.py"),
+    COMPARE_FILE: Path(__file__).with_name("compare.py"),
 }
 
 
@@ -259,9 +259,7 @@ def write_failed_export_repro(
             f"program it was translating and re-runs the export"
         )
         extra_arrays[WEIGHTS_FILE] = weights
-        template = (Path(__file__).with_name("diagnostics") / "rerun_export_script.py").read_text(
-            encoding="utf-8"
-        )
+        template = Path(__file__).with_name("rerun_export_script.py").read_text(encoding="utf-8")
         extra_scripts[RERUN_FILE] = template.replace(PROGRAM_CODE_MARKER, code.strip() + "\n")
     return write_repro(
         folder,
