@@ -3,9 +3,9 @@
     python bench/bisect_speed.py [--repeats 3] [--model resnet18] [--skip-torch-onnx]
 
 Measures, warm, on the same model and input:
-  * our outputs-only verification (``exporter.verify.verify_program`` without bisection: the
+  * our outputs-only verification (``exporter.diagnostics.verify.verify_program`` without bisection: the
     onnx.checker full check, eager run, onnxruntime session and run, comparison);
-  * our bisection (``exporter.bisect.bisect``: FX interpreter + ONE onnxruntime session exposing
+  * our bisection (``exporter.diagnostics.bisect.bisect``: FX interpreter + ONE onnxruntime session exposing
     every FX node's value; it re-translates without optimisation when optimisation dropped names);
   * torch.onnx's outputs-only and per-node verification (``verify_onnx_program`` with
     ``compare_intermediates=False/True``) of a ``torch.onnx.export(..., dynamo=True)`` program.
@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import exporter  # noqa: E402
-from exporter import bisect, verify  # noqa: E402
+from exporter.diagnostics import bisect, verify  # noqa: E402
+from exporter.diagnostics.compare import FALLBACK_TOLERANCE  # noqa: E402
 
 TARGET_RATIO = 3.0
 
@@ -81,7 +82,7 @@ def main() -> int:
         f"  ours  outputs-only verification     {outputs_only:8.2f} s  "
         f"({'match' if result.ok else 'MISMATCH: ' + result.summary()})"
     )
-    rtol, atol = verify.FALLBACK_TOLERANCE
+    rtol, atol = FALLBACK_TOLERANCE
     ours_bisect, found = _timed(
         lambda: bisect.bisect(
             program, (x,), rtol=rtol, atol=atol, registry=exporter.DEFAULT_REGISTRY

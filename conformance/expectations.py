@@ -37,6 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from conformance.cases import parse_case_id
+from reports.rows import STAGES as ROW_STAGES
 
 STATUSES = ("xfail", "skip")
 FAILURE_STATUSES = ("fail", "crash", "timeout")
@@ -60,7 +61,8 @@ MATCH_KEYS = (
     "optimize",
 )
 ENTRY_KEYS = ("id", "match", "status", "stage", "reason", "link", "signature")
-STAGES = ("export", "checker", "load", "run", "compare", "second-shape")
+#: The stage vocabulary is the result rows' (an expectation names the stage a row records).
+STAGES = ROW_STAGES
 
 HEADER = """\
 # Expected failures for this exporter: data, read by conformance/expectations.py (see its

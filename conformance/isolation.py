@@ -34,12 +34,31 @@ class ChildResult:
     detail: str = ""
 
 
-class CaseChild:
-    """One persistent child process that runs cases on request."""
+class ChildProcess:
+    """The one isolation protocol's process handle: a process started by ``start_process`` and
+    the parent's end of its pipe. Strategies (a reused spawned child for op cases, a forking
+    zygote for model cases) add how a case is run."""
 
     def __init__(self) -> None:
         self._process = None
         self._conn = None
+
+    def close(self) -> None:
+        """Ask the process to exit (killed after 5 s) and drop the pipe."""
+        stop_process(self._process, self._conn, polite=True)
+        self._process = self._conn = None
+
+    def kill(self) -> None:
+        """Stop the process at once (it may be stuck); the next case starts a fresh one."""
+        stop_process(self._process, self._conn, polite=False)
+        self._process = self._conn = None
+
+
+class CaseChild(ChildProcess):
+    """One persistent child process that runs cases on request."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._cases_run = 0
 
     def run(
@@ -85,21 +104,12 @@ class CaseChild:
             elif kind == "error":
                 return ChildResult("error", stage=stage, detail=payload)
 
-    def close(self) -> None:
-        stop_process(self._process, self._conn, polite=True)
-        self._process = self._conn = None
-
     def _restart(self) -> None:
         self.close()
         self._process, self._conn = start_process(
             child_main, "conformance-case-child", "case child"
         )
         self._cases_run = 0
-
-    def kill(self) -> None:
-        """Stop the child at once (it may be stuck); the next case starts a fresh one."""
-        stop_process(self._process, self._conn, polite=False)
-        self._process = self._conn = None
 
     def _death_note(self) -> str:
         process = self._process
@@ -163,8 +173,9 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def child_main(conn) -> None:
-    """Child loop: receive case ids, run them, send stage announcements and the outcome."""
+def prepare_child() -> None:
+    """A case process's setup: one thread (cases share the cores and time themselves), no
+    warnings on the pipe's terminal."""
     apply_case_limits()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import warnings
@@ -173,10 +184,10 @@ def child_main(conn) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from conformance.cases import parse_case_id
-    from conformance.runner import run_op_case
 
-    conn.send("ready")
+
+def requests(conn):
+    """The parent's requests, until it closes the pipe or sends None (exit)."""
     while True:
         try:
             request = conn.recv()
@@ -184,7 +195,20 @@ def child_main(conn) -> None:
             return
         if request is None:
             return
-        _, case_id, scratch, tolerances_path = request
+        yield request
+
+
+def child_main(conn) -> None:
+    """Child loop: receive case ids, run them, send stage announcements and the outcome."""
+    prepare_child()
+    # Every case compares through exporter.diagnostics, whose package import loads the exporter:
+    # paid here, before "ready", rather than inside the first case's deadline.
+    import exporter.diagnostics.compare  # noqa: F401
+    from conformance.cases import parse_case_id
+    from conformance.runner import run_op_case
+
+    conn.send("ready")
+    for _, case_id, scratch, tolerances_path in requests(conn):
         try:
             if case_id.startswith("model::"):
                 from conformance.models_runner import run_model_case

@@ -24,19 +24,22 @@ import time
 import traceback
 from pathlib import Path
 
-from conformance.isolation import ChildResult, signal_name, start_process, stop_process
-from conformance.limits import apply_case_limits, die_with_parent
+from conformance.isolation import (
+    ChildProcess,
+    ChildResult,
+    prepare_child,
+    requests,
+    signal_name,
+    start_process,
+)
+from conformance.limits import die_with_parent
 
 #: How long the zygote may take to report a killed case process before it is killed too.
 REAP_TIMEOUT_S = 30.0
 
 
-class ForkingModelChild:
+class ForkingModelChild(ChildProcess):
     """Runs each model case in a process forked from a pre-imported zygote."""
-
-    def __init__(self) -> None:
-        self._process = None
-        self._conn = None
 
     def run(self, case_id: str, scratch: Path, timeout_s: float, on_stage=lambda s: None):
         if not hasattr(os, "fork"):
@@ -81,14 +84,6 @@ class ForkingModelChild:
                     return finished
                 return ChildResult("crash", stage=stage, detail=_death_note(payload))
 
-    def close(self) -> None:
-        stop_process(self._process, self._conn, polite=True)
-        self._process = self._conn = None
-
-    def kill(self) -> None:
-        stop_process(self._process, self._conn, polite=False)
-        self._process = self._conn = None
-
     def _start(self) -> None:
         self.close()
         self._process, self._conn = start_process(
@@ -125,24 +120,10 @@ def _death_note(status: int) -> str:
 
 def zygote_main(conn) -> None:
     """Import everything a model case needs, then fork one process per case."""
-    apply_case_limits()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    import torch
-
-    torch.set_num_threads(1)
+    prepare_child()
     _preload()
     conn.send("ready")
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request is None:
-            return
-        _, case_id, scratch = request
+    for _, case_id, scratch in requests(conn):
         pid = os.fork()
         if pid == 0:
             _case_process(conn, case_id, Path(scratch))

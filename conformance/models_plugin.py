@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conformance import expectations as expectations_mod
-from conformance import models_cases, runs
+from conformance import models_cases
 from conformance.models_cases import ModelCaseId, is_model_id, parse_model_id
 
 DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
@@ -205,38 +203,27 @@ class ModelsPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
         """A whole xdist worker died running a model case: write its ``crash`` row."""
-        from conformance.plugin import _abnormal, _case_id_from_nodeid, get_options, versions
-        from reports.rows import append_row
+        from conformance.plugin import (
+            _case_id_from_nodeid,
+            get_options,
+            new_row,
+            record_worker_crash,
+            versions,
+        )
 
         case_id = _case_id_from_nodeid(crashitem)
         if not is_model_id(case_id):
             return None
-        shared = get_options(report.node.config)
-        worker = report.node.gateway.id
-        inflight = runs.inflight_path(shared.results, worker)
-        stage = "export"
-        try:
-            data = json.loads(inflight.read_text())
-            if data.get("id") == case_id:
-                stage = data.get("stage", "export")
-            inflight.unlink()
-        except (OSError, ValueError):
-            pass
         key = parse_model_id(case_id)
-        detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
-        outcome = _abnormal("crash", stage, detail)
-        entries = expectations_mod.load_expectations(expectations_path(shared, key.exporter))
-        verdict = expectations_mod.judge(
-            entries, model_facts(key), "crash", outcome["stage"], outcome["error_signature"]
+        record_worker_crash(
+            report,
+            case_id,
+            expectations_path=expectations_path(get_options(report.node.config), key.exporter),
+            facts_of=lambda inflight: model_facts(key),
+            make_row=lambda facts, worker: new_row(
+                _model_identity(key), versions(), {"worker": worker}
+            ),
         )
-        row = _base_row(key, versions(), {"worker": worker})
-        row.status, row.stage, row.error = verdict.status, outcome["stage"], detail
-        row.error_signature = outcome["error_signature"]
-        row.expectation = verdict.entry.reason if verdict.entry else None
-        append_row(runs.rows_path(shared.results, worker), row)
-        if verdict.item == "xfail":
-            report.outcome = "skipped"
-            report.wasxfail = verdict.message
         return None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -251,49 +238,22 @@ class ModelsPlugin:
 
 
 def _write_proposals(config: pytest.Config, shared) -> None:
-    from reports.rows import read_rows
+    from conformance.plugin import write_proposals
 
-    ids = {key.id for key in collect_model_cases(config)}
-    rows = [row for row in read_rows([shared.results]) if row.id in ids]
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for exporter in shared.exporters:
-        path = expectations_path(shared, exporter)
-        entries = expectations_mod.load_expectations(path)
-        proposal = expectations_mod.propose(
-            entries,
-            (row for row in rows if row.exporter == exporter),
-            facts_of=lambda row: model_facts(parse_model_id(row.id)),
-        )
-        target = expectations_mod.proposed_path(path)
-        expectations_mod.write_expectations(target, proposal.entries)
-        message = (
-            f"conformance: {target}: {len(proposal.dropped)} stale entries dropped, "
-            f"{len(proposal.added)} new failures added, {len(proposal.entries)} entries"
-        )
-        if reporter is not None:
-            reporter.write_line(message)
-        else:
-            print(message, file=sys.stderr)
-
-
-def _base_row(key: ModelCaseId, versions: dict[str, str], extra: dict[str, Any]):
-    from reports.rows import CaseResult
-
-    return CaseResult(
-        id=key.id,
-        kind="model",
-        subject=key.model,
-        family=family_of(key.model),
-        dtype=key.dtype,
-        shapes=key.shapes,
-        opset=key.opset,
-        provider=key.provider,
-        exporter=key.exporter,
-        optimize=key.optimize,
-        status="fail",
-        versions=versions,
-        extra=extra,
+    write_proposals(
+        config,
+        {key.id for key in collect_model_cases(config)},
+        shared,
+        lambda exporter: expectations_path(shared, exporter),
+        facts_of=lambda row: model_facts(parse_model_id(row.id)),
     )
+
+
+def _model_identity(key: ModelCaseId) -> dict[str, Any]:
+    """The row fields that say which model case a row is about: its facts, with the model as
+    the row's subject."""
+    facts = model_facts(key)
+    return {"kind": "model", "subject": facts.pop("model"), **facts}
 
 
 # --------------------------------------------------------------------------- running a case
@@ -321,41 +281,15 @@ class ModelRuntime:
         return self._expectations[exporter]
 
     def run_model_case(self, key: ModelCaseId, record_property) -> None:
-        from conformance.plugin import _conclude
-
         facts = model_facts(key)
-        entries = self.expectations(key.exporter)
-        skip = expectations_mod.skip_entry(entries, facts)
-        if skip is not None:
-            row = self._row(
-                key, {"status": "skip", "error": f"skipped by expectation: {skip.reason}"}
-            )
-            row.expectation = skip.reason
-            self._finish(row, record_property)
-            pytest.skip(f"expectation: {skip.reason}")
-
-        outcome = self._run(key, facts)
-        status = outcome.pop("status")
-        verdict = expectations_mod.judge(
-            entries, facts, status, outcome.get("stage"), outcome.get("error_signature")
+        self.base.judge_and_record(
+            key.id,
+            facts,
+            self.expectations(key.exporter),
+            lambda: self._run(key, facts),
+            lambda fields: self._row(key, fields),
+            lambda row: self._finish(row, record_property),
         )
-        row = self._row(key, {**outcome, "status": verdict.status})
-        if verdict.entry is not None:
-            row.expectation = verdict.entry.reason
-        if row.status in ROW_STATUSES_WITH_REPRO:
-            from conformance.repro import keep_repro
-
-            row.repro_dir = keep_repro(
-                self.base.scratch,
-                self.base.options.results,
-                key.id,
-                status=row.status,
-                stage=row.stage,
-                error=row.error,
-            )
-        self._finish(row, record_property)
-        self.base.inflight.unlink(missing_ok=True)
-        _conclude(verdict, row, self.base.options.results)
 
     def _run(self, key: ModelCaseId, facts: dict[str, Any]) -> dict[str, Any]:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
@@ -369,16 +303,11 @@ class ModelRuntime:
         return run_isolated(self.base, key, facts, self.child, self.options.case_timeout, inline)
 
     def _row(self, key: ModelCaseId, fields: dict[str, Any]):
-        from reports.rows import CaseResult
+        from conformance.plugin import new_row
 
         extra = dict(fields.pop("extra", None) or {})
         extra["worker"] = self.base.worker
-        row = _base_row(key, self.base.versions, extra)
-        known = {f.name for f in dataclasses.fields(CaseResult)} - {"extra", "id", "kind"}
-        for name, value in fields.items():
-            if name in known:
-                setattr(row, name, value)
-        return row
+        return new_row(_model_identity(key), self.base.versions, extra, fields)
 
     def _finish(self, row, record_property) -> None:
         self.base._finish(row, record_property)

@@ -91,10 +91,15 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     import torch
 
     from conformance import models_io
-    from conformance.models_compare import DEFAULT_TOLERANCES, compare_model_outputs
     from conformance.models_exporters import export_model
-    from conformance.models_repro import write_model_artifacts
     from conformance.models_session import ModelSession
+    from conformance.repro import write_artifacts
+    from exporter.diagnostics.compare import (
+        SCALE,
+        compare_outputs,
+        default_tolerance,
+        max_or_none,
+    )
     from model_zoo import vacuity
 
     case = find_case(key.model)
@@ -119,9 +124,9 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         rtol, atol = override.rtol, override.atol
         outcome.extra["tolerance_source"] = f"model_zoo/tolerances.toml: {override.reason}"
     else:
-        rtol, atol = DEFAULT_TOLERANCES[key.dtype]
+        rtol, atol = default_tolerance("model", key.dtype)
         outcome.extra["tolerance_source"] = "default"
-    noise = _max_or_none(
+    noise = max_or_none(
         _eager_noise(module, args, kwargs, expected),
         _eager_noise(module, *second, expected2) if second is not None else None,
     )
@@ -155,7 +160,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         outcome.extra["second_inputs"] = models_io.shapes_text(feeds2)
     # Inputs and expected outputs go to disk before the export, so that even an export that
     # kills the process leaves them behind for the repro directory.
-    write_model_artifacts(
+    write_artifacts(
         scratch,
         meta={
             "id": key.id,
@@ -163,7 +168,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
             "provider": key.provider,
             "rtol": rtol,
             "atol": atol,
-            "rule": "max abs error <= atol + rtol * max|expected|, per output",
+            "rule": SCALE,
             "dynamic_axes": models_io.dynamic_axes(inputs) if key.dynamic else {},
             "rerun": rerun_command(key),
         },
@@ -245,8 +250,13 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     result = (
         _compare_with(case.compare, expected_np, actual)
         if case.compare
-        else compare_model_outputs(
-            expected_np, actual, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+        else compare_outputs(
+            expected_np,
+            actual,
+            rtol=rtol,
+            atol=atol,
+            rule=SCALE,
+            declared_shapes=session.output_shapes,
         )
     )
     _record(outcome, result)
@@ -281,8 +291,13 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     result2 = (
         _compare_with(case.compare, expected2_np, actual2)
         if case.compare
-        else compare_model_outputs(
-            expected2_np, actual2, rtol=rtol, atol=atol, declared_shapes=session.output_shapes
+        else compare_outputs(
+            expected2_np,
+            actual2,
+            rtol=rtol,
+            atol=atol,
+            rule=SCALE,
+            declared_shapes=session.output_shapes,
         )
     )
     _record(outcome, result2)
@@ -295,10 +310,10 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
 
 def _compare_with(compare, expected, actual):
     """A case's own comparison (``ModelCase.compare``: problems, empty when equal)."""
-    from conformance.models_compare import ModelComparison
+    from exporter.diagnostics.compare import Comparison
 
     problems = compare(expected, actual)
-    return ModelComparison(not problems, "; ".join(problems), details=list(problems))
+    return Comparison(not problems, "; ".join(problems), details=list(problems))
 
 
 def rerun_command(key: ModelCaseId) -> str:
@@ -311,11 +326,11 @@ def rerun_command(key: ModelCaseId) -> str:
 
 
 def _record(outcome: ModelOutcome, result) -> None:
-    from conformance.models_compare import _max
+    from exporter.diagnostics.compare import max_or_none
 
-    outcome.max_abs = _max(outcome.max_abs, result.max_abs)
-    outcome.max_rel = _max(outcome.max_rel, result.max_rel)
-    scale = _max(outcome.extra.get("max_rel_scale"), result.max_rel_scale)
+    outcome.max_abs = max_or_none(outcome.max_abs, result.max_abs)
+    outcome.max_rel = max_or_none(outcome.max_rel, result.max_rel)
+    scale = max_or_none(outcome.extra.get("max_rel_scale"), result.max_rel_scale)
     if scale is not None:
         outcome.extra["max_rel_scale"] = scale
 
@@ -370,11 +385,6 @@ def _eager_noise(module, args: tuple, kwargs: dict, expected: Any) -> float | No
         error = (value.double()[finite] - exact_value[finite]).abs().max().item()
         worst = max(worst, error / scale)
     return worst
-
-
-def _max_or_none(a: float | None, b: float | None) -> float | None:
-    values = [v for v in (a, b) if v is not None]
-    return max(values) if values else None
 
 
 def _setup_error(what: str, exc: BaseException) -> ModelSetupError:

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from conformance.providers import PROVIDERS, declared_input_shapes
+from conformance.providers import PROVIDERS, declared_dims, declared_input_shapes, ort_session
 
-_ORT_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 #: Timed runs for the latency median, and the time budget that cuts them short for slow models.
 LATENCY_RUNS = 5
 LATENCY_BUDGET_S = 5.0
@@ -31,7 +30,7 @@ class ModelSession:
             raise ValueError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
         header = onnx.load(str(path), load_external_data=False)
         self.input_shapes = declared_input_shapes(header)
-        self.output_shapes = [_dims(value) for value in header.graph.output]
+        self.output_shapes = [declared_dims(value) for value in header.graph.output]
         self.provider = provider
         if provider == "reference":
             from onnx.reference import ReferenceEvaluator
@@ -39,21 +38,7 @@ class ModelSession:
             self._reference = ReferenceEvaluator(str(path))
             self._ort = None
             return
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        wanted = _ORT_PROVIDER[provider]
-        providers = [wanted] if provider == "cpu" else [wanted, "CPUExecutionProvider"]
-        self._ort = ort.InferenceSession(str(path), options, providers=providers)
-        active = self._ort.get_providers()
-        if not active or active[0] != wanted:
-            raise RuntimeError(
-                f"onnxruntime did not activate {wanted} (active: {active}); it silently fell "
-                "back. Install onnxruntime-gpu (pip install '.[cuda]') and check the CUDA libraries."
-            )
+        self._ort = ort_session(str(path), provider, optimize_graph=True)
 
     def missing_inputs(self, feeds: dict[str, np.ndarray]) -> list[str]:
         return [name for name in self.input_shapes if name not in feeds]
@@ -84,18 +69,3 @@ class ModelSession:
             if len(wall) >= 3 and time.perf_counter() - started > LATENCY_BUDGET_S:
                 break
         return statistics.median(cpu), statistics.median(wall)
-
-
-def _dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:
-    tensor_type = value.type.tensor_type
-    if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
-        return None
-    dims: list[int | str | None] = []
-    for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(dim.dim_value)
-        elif dim.HasField("dim_param"):
-            dims.append(dim.dim_param)
-        else:
-            dims.append(None)
-    return dims

@@ -371,26 +371,39 @@ class CaseRuntime:
         facts = expectations_mod.case_facts(
             case.id, _SAMPLE_FACTS.get((case.op, case.dtype, case.sample))
         )
-        entries = self.expectations(case.exporter)
+
+        def run() -> dict[str, Any]:
+            if planted_cases.planted_name(case.op) == "worker_crash":
+                self._mark_inflight(case, "export", facts)
+                os.abort()
+            return self._run(case, facts)
+
+        self.judge_and_record(
+            case.id,
+            facts,
+            self.expectations(case.exporter),
+            run,
+            lambda fields: self._row(case, fields),
+            lambda row: self._finish(row, record_property),
+        )
+
+    def judge_and_record(self, case_id: str, facts, entries, run, make_row, finish) -> None:
+        """The one body of every case, op or model: skip by expectation, ``run()`` (isolated,
+        returning row fields), judge against the expectations, keep a repro for a case that did
+        not pass, ``finish(row)`` (append it), and fail or pass the pytest item accordingly."""
         skip = expectations_mod.skip_entry(entries, facts)
         if skip is not None:
-            row = self._row(
-                case, {"status": "skip", "error": f"skipped by expectation: {skip.reason}"}
-            )
+            row = make_row({"status": "skip", "error": f"skipped by expectation: {skip.reason}"})
             row.expectation = skip.reason
-            self._finish(row, record_property)
+            finish(row)
             pytest.skip(f"expectation: {skip.reason}")
 
-        if planted_cases.planted_name(case.op) == "worker_crash":
-            self._mark_inflight(case, "export", facts)
-            os.abort()
-
-        outcome = self._run(case, facts)
+        outcome = run()
         status = outcome.pop("status")
         verdict = expectations_mod.judge(
             entries, facts, status, outcome.get("stage"), outcome.get("error_signature")
         )
-        row = self._row(case, {**outcome, "status": verdict.status})
+        row = make_row({**outcome, "status": verdict.status})
         if verdict.entry is not None:
             row.expectation = verdict.entry.reason
         if row.status in ROW_STATUSES_WITH_REPRO:
@@ -399,12 +412,12 @@ class CaseRuntime:
             row.repro_dir = keep_repro(
                 self.scratch,
                 self.options.results,
-                case.id,
+                case_id,
                 status=row.status,
                 stage=row.stage,
                 error=row.error,
             )
-        self._finish(row, record_property)
+        finish(row)
         self.inflight.unlink(missing_ok=True)
         _conclude(verdict, row, self.options.results)
 
@@ -419,27 +432,10 @@ class CaseRuntime:
         return run_isolated(self, case, facts, self.child, self.options.case_timeout, inline)
 
     def _row(self, case: OpCase, fields: dict[str, Any]):
-        from reports.rows import CaseResult
-
         extra = dict(fields.pop("extra", None) or {})
         extra.setdefault("sample", _SAMPLE_FACTS.get((case.op, case.dtype, case.sample)))
         extra["worker"] = self.worker
-        known = {f.name for f in dataclasses.fields(CaseResult)}
-        return CaseResult(
-            id=case.id,
-            kind="op",
-            subject=case.op,
-            family=_family(case.op),
-            dtype=case.dtype,
-            shapes=case.shapes,
-            opset=case.opset,
-            provider=case.provider,
-            exporter=case.exporter,
-            sample=case.sample,
-            versions=self.versions,
-            extra=extra,
-            **{k: v for k, v in fields.items() if k in known},
-        )
+        return new_row(_op_identity(case), self.versions, extra, fields)
 
     def _finish(self, row, record_property) -> None:
         from reports.rows import append_row
@@ -568,48 +564,79 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     case_id = _case_id_from_nodeid(crashitem)
     if case_id is None or not case_id.startswith("op::"):
         return None
+    case = parse_case_id(case_id)
+
+    record_worker_crash(
+        report,
+        case_id,
+        expectations_path=options.expectations_dir / f"{case.exporter}.toml",
+        facts_of=lambda inflight: inflight or expectations_mod.case_facts(case_id, None),
+        make_row=lambda facts, worker: new_row(
+            _op_identity(case), versions(), {"sample": facts, "worker": worker}
+        ),
+    )
+    return None
+
+
+def _op_identity(case: OpCase) -> dict[str, Any]:
+    """The row fields that say which op case a row is about."""
+    return {
+        "id": case.id,
+        "kind": "op",
+        "subject": case.op,
+        "family": _family(case.op),
+        "dtype": case.dtype,
+        "shapes": case.shapes,
+        "opset": case.opset,
+        "provider": case.provider,
+        "exporter": case.exporter,
+        "sample": case.sample,
+    }
+
+
+def new_row(identity: dict[str, Any], versions: dict[str, str], extra, fields=None):
+    """A result row for a case (op or model): its identity fields, then the outcome ``fields``
+    the row format knows (others are dropped)."""
+    from reports.rows import CaseResult
+
+    row = CaseResult(**identity, status="fail", versions=versions, extra=extra)
+    known = {f.name for f in dataclasses.fields(CaseResult)} - {"extra", *identity}
+    for name, value in (fields or {}).items():
+        if name in known:
+            setattr(row, name, value)
+    return row
+
+
+def record_worker_crash(report, case_id: str, *, expectations_path, facts_of, make_row) -> None:
+    """Judge and append the ``crash`` row of a case whose xdist worker died (ops and models):
+    the stage comes from the worker's in-flight marker. ``facts_of(marker facts or None)`` gives
+    the case's facts, ``make_row(facts, worker)`` its row."""
+    from reports.rows import append_row
+
+    options = get_options(report.node.config)
     worker = report.node.gateway.id
     inflight = runs.inflight_path(options.results, worker)
-    stage, facts = "export", None
+    stage, inflight_facts = "export", None
     try:
         data = json.loads(inflight.read_text())
         if data.get("id") == case_id:
-            stage, facts = data.get("stage", "export"), data.get("facts")
+            stage, inflight_facts = data.get("stage", "export"), data.get("facts")
         inflight.unlink()
     except (OSError, ValueError):
         pass
-    case = parse_case_id(case_id)
     detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
     outcome = _abnormal("crash", stage, detail)
-    entries = expectations_mod.load_expectations(options.expectations_dir / f"{case.exporter}.toml")
-    facts = facts or expectations_mod.case_facts(case_id, None)
+    facts = facts_of(inflight_facts)
+    entries = expectations_mod.load_expectations(expectations_path)
     verdict = expectations_mod.judge(entries, facts, "crash", stage, outcome["error_signature"])
-    from reports.rows import CaseResult, append_row
-
-    row = CaseResult(
-        id=case_id,
-        kind="op",
-        subject=case.op,
-        family=_family(case.op),
-        dtype=case.dtype,
-        shapes=case.shapes,
-        opset=case.opset,
-        provider=case.provider,
-        exporter=case.exporter,
-        sample=case.sample,
-        status=verdict.status,
-        stage=stage,
-        error=detail,
-        error_signature=outcome["error_signature"],
-        expectation=verdict.entry.reason if verdict.entry else None,
-        versions=versions(),
-        extra={"sample": facts, "worker": worker},
-    )
+    row = make_row(facts, worker)
+    row.status, row.stage, row.error = verdict.status, stage, detail
+    row.error_signature = outcome["error_signature"]
+    row.expectation = verdict.entry.reason if verdict.entry else None
     append_row(runs.rows_path(options.results, worker), row)
     if verdict.item == "xfail":
         report.outcome = "skipped"
         report.wasxfail = verdict.message
-    return None
 
 
 def _case_id_from_nodeid(nodeid: str) -> str | None:
@@ -628,16 +655,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write_proposals(config: pytest.Config, options: Options) -> None:
+    ids = {case.id for case in collect_op_cases(options)}
+    write_proposals(
+        config, ids, options, lambda exporter: options.expectations_dir / f"{exporter}.toml"
+    )
+
+
+def write_proposals(config: pytest.Config, ids: set[str], options: Options, path_of, facts_of=None):
+    """``--update-expectations``: beside each exporter's expectations file (``path_of``), a
+    ``.proposed.toml`` judged from the rows of the cases in ``ids`` (ops and models)."""
     from reports.rows import read_rows
 
-    cases = collect_op_cases(options)
-    ids = {case.id for case in cases}
     rows = [row for row in read_rows([options.results]) if row.id in ids]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for exporter in options.exporters:
-        path = options.expectations_dir / f"{exporter}.toml"
+        path = path_of(exporter)
         entries = expectations_mod.load_expectations(path)
-        proposal = expectations_mod.propose(entries, (r for r in rows if r.exporter == exporter))
+        chosen = (r for r in rows if r.exporter == exporter)
+        proposal = expectations_mod.propose(entries, chosen, facts_of=facts_of)
         target = expectations_mod.proposed_path(path)
         expectations_mod.write_expectations(target, proposal.entries)
         message = (

@@ -29,7 +29,9 @@ class Session:
             self._reference = ReferenceEvaluator(model)
             self._ort = None
         else:
-            self._ort = _ort_session(_readable_outputs(model, self._bf16_outputs), provider)
+            self._ort = ort_session(
+                _readable_outputs(model, self._bf16_outputs), provider, optimize_graph=False
+            )
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         unknown = set(feeds) - set(self.input_shapes)
@@ -82,18 +84,23 @@ def _readable_outputs(model: onnx.ModelProto, bf16_outputs: list[int]) -> onnx.M
     return model
 
 
-def _ort_session(model: onnx.ModelProto, provider: str):
+def ort_session(model: onnx.ModelProto | str, provider: str, *, optimize_graph: bool):
+    """One-threaded onnxruntime session on ``provider`` for a model (proto, or a file path for
+    models with external data); an error when onnxruntime silently falls back to another
+    provider. Op cases turn graph optimisations off (they test translations, not onnxruntime's
+    fusions); model cases keep them, because that is how users run a whole model."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    # Op cases test translations, not onnxruntime's fusions; this also keeps kernels honest.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimize_graph:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     wanted = _ORT_PROVIDER[provider]
     providers = [wanted] if provider == "cpu" else [wanted, "CPUExecutionProvider"]
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+    source = model if isinstance(model, str) else model.SerializeToString()
+    session = ort.InferenceSession(source, options, providers=providers)
     active = session.get_providers()
     if not active or active[0] != wanted:
         raise RuntimeError(
@@ -106,21 +113,27 @@ def _ort_session(model: onnx.ModelProto, provider: str):
 def declared_input_shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
     """Graph inputs (initializers excluded) with each dim as an int, a symbol name, or None."""
     initializers = {init.name for init in model.graph.initializer}
-    shapes = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        dims: list[int | str | None] = []
-        if value.type.tensor_type.HasField("shape"):
-            for dim in value.type.tensor_type.shape.dim:
-                if dim.HasField("dim_value"):
-                    dims.append(dim.dim_value)
-                elif dim.HasField("dim_param"):
-                    dims.append(dim.dim_param)
-                else:
-                    dims.append(None)
-        shapes[value.name] = dims
-    return shapes
+    return {
+        value.name: declared_dims(value) or []
+        for value in model.graph.input
+        if value.name not in initializers
+    }
+
+
+def declared_dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """A value's declared shape, each dim an int, a symbol name or None; None without a shape."""
+    tensor_type = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        elif dim.HasField("dim_param"):
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return dims
 
 
 def cuda_available() -> bool:

@@ -21,8 +21,8 @@ from conformance import planted as planted_cases
 from conformance.cases import OpCase
 
 MAX_ERROR_CHARS = 4000
-#: Growth tried for the second shape; +2 helps ops that need even sizes.
-SECOND_SHAPE_DELTAS = (1, 2)
+#: The op cases' comparison policy: per-dtype tolerances, per-op overrides, shape-only ops.
+OP_TOLERANCES_PATH = Path(__file__).with_name("tolerances.toml")
 
 
 @dataclasses.dataclass
@@ -108,9 +108,9 @@ def run_op_case(
     tolerances_path: str | None = None,
 ) -> CaseOutcome:
     """Run one case, writing its artifacts into ``scratch`` (replaced) as soon as they exist."""
-    from conformance.tolerances import DEFAULT_PATH, load_policy
+    from exporter.diagnostics.compare import load_policy
 
-    policy = load_policy(tolerances_path or DEFAULT_PATH)
+    policy = load_policy(tolerances_path or OP_TOLERANCES_PATH)
     outcome = CaseOutcome(status="pass")
     # CPU seconds, unlike wall time, stay meaningful on a loaded machine: the run budget uses them.
     cpu_started = time.process_time()
@@ -137,10 +137,11 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     import torch
 
     from conformance import exporters, shapes
-    from conformance.compare import compare_outputs
     from conformance.modules import clone_tensors, to_numpy
     from conformance.providers import Session
     from conformance.repro import update_meta, write_artifacts
+    from exporter.diagnostics import second_shape
+    from exporter.diagnostics.compare import ELEMENT, compare_outputs, max_or_none
 
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
@@ -152,7 +153,7 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     if shape_only:
         outcome.extra["shape_only"] = True
     dynamic = case.shapes == "dynamic"
-    if dynamic and not shapes.has_dynamic_dims(inputs):
+    if dynamic and not second_shape.has_dynamic_dims(inputs):
         raise _Skip("dynamic: no input dimension >= 2 to make dynamic (same as static)")
 
     expected = _eager(module, inputs, case.seed, "the sample")
@@ -178,8 +179,11 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
         meta={
             "id": case.id,
             "provider": case.provider,
+            "rule": ELEMENT,
             "rtol": tolerance.rtol,
             "atol": tolerance.atol,
+            "ort_optimization": "disable_all",
+            "rerun": f"python -m conformance repro '{case.id}'",
             "shape_only": shape_only,
             "sign_invariant": sign_invariant,
             "sample": facts,
@@ -270,8 +274,8 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
         raise _StageFailed("second-shape", exc) from exc
     outcome.run_s += time.perf_counter() - started
     result2 = compare(expected2_np, actual2)
-    outcome.max_abs = _max(outcome.max_abs, result2.max_abs)
-    outcome.max_rel = _max(outcome.max_rel, result2.max_rel)
+    outcome.max_abs = max_or_none(outcome.max_abs, result2.max_abs)
+    outcome.max_rel = max_or_none(outcome.max_rel, result2.max_rel)
     if not result2.ok:
         raise _StageFailed(
             "second-shape", f"{result2.message} (second shape: {_shapes_text(feeds2)})"
@@ -279,20 +283,20 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
 
 
 def _second_shape(module, inputs, expected, seed: int, outcome: CaseOutcome):
-    """The second input set: the first growth plan (``shapes.growth_plans``) and delta for which
+    """The second input set: the first growth plan (``second_shape.growth_plans``) and delta for which
     eager accepts the inputs and returns outputs of the same count and ranks (a graph has a
     fixed number of outputs, so a shape that changes it can never match). Returns the inputs,
     eager's outputs, the grown ``(input, dim)`` pairs, and otherwise why no plan worked."""
     import torch
 
-    from conformance import shapes
+    from exporter.diagnostics import second_shape
 
     note = None
     ranks = _ranks(expected)
-    for sizes in shapes.growth_plans(inputs):
-        for delta in SECOND_SHAPE_DELTAS:
+    for sizes in second_shape.growth_plans(inputs):
+        for delta in second_shape.SECOND_SHAPE_DELTAS:
             generator = torch.Generator().manual_seed(seed)
-            candidate = shapes.grown_inputs(inputs, delta, generator, sizes)
+            candidate = second_shape.grown_inputs(inputs, delta, generator, sizes)
             try:
                 expected2 = _eager(module, candidate, seed, "the second shape")
             except _Skip as rejected:
@@ -307,20 +311,12 @@ def _second_shape(module, inputs, expected, seed: int, outcome: CaseOutcome):
             outcome.extra["second_shape_delta"] = delta
             if sizes is not None:
                 outcome.extra["second_shape_grows_sizes"] = sorted(sizes)
-            return candidate, expected2, shapes.grown_dims(inputs, sizes), None
+            return candidate, expected2, second_shape.grown_dims(inputs, sizes), None
     return None, None, None, note
 
 
 def _ranks(outputs) -> list:
     return [t.dim() if hasattr(t, "dim") else type(t).__name__ for t in outputs]
-
-
-def _max(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return max(a, b)
 
 
 def _shapes_text(feeds: dict) -> str:

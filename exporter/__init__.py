@@ -23,6 +23,13 @@ from exporter._errors import (
 )
 from exporter._flags import is_in_onnx_export
 from exporter._program import ONNXProgram
+
+# The diagnostics layer moved under exporter.diagnostics; `from exporter import verify` (and the
+# others) keep working for code written before the move.
+from exporter.diagnostics import bisect as bisect  # noqa: F401
+from exporter.diagnostics import report as report  # noqa: F401
+from exporter.diagnostics import repro as repro  # noqa: F401
+from exporter.diagnostics import verify as verify  # noqa: F401
 from exporter.ops._registry import DEFAULT_REGISTRY, register, translates
 
 __all__ = [

@@ -128,7 +128,7 @@ def export(
             patches=capture_patches,
         )
         if verify:
-            from exporter import verify as _verify
+            from exporter.diagnostics import verify as _verify
 
             _verify.verify_program(
                 program,
@@ -309,7 +309,7 @@ def _write_report(
 ) -> None:
     """Write the markdown report; a failure here never masks the export's own outcome."""
     try:
-        from exporter import report as _report
+        from exporter.diagnostics import report as _report
 
         path = _report.write_report(record, folder, program=program, error=error)
         if program is not None:

@@ -6,7 +6,10 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from exporter.diagnostics.verify import VerificationResult
 
 #: Stage names, in order. Each is "ok", "failed", "skipped" or absent (not reached).
 STAGES = (
@@ -37,7 +40,7 @@ class ExportRecord:
     exported_program: Any = None  # the program that was translated
     captured_program: Any = None  # the program as captured, before decomposition
     model: Any = None  # onnx_ir.Model once translated
-    verification: Any = None  # exporter.verify.VerificationResult when verify ran
+    verification: VerificationResult | None = None  # when verify ran
     registry: Any = None  # the ops Registry translation used, custom_translation_table included
     notes: list[str] = dataclasses.field(default_factory=list)
     #: exporter._dynamic_shapes.DimAudit per declared-dynamic or guard-held input dim

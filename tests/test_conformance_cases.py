@@ -9,6 +9,7 @@ from conformance import cases, shapes
 from conformance.families import op_family
 from conformance.modules import CallModule, flatten_outputs, split_call
 from conformance.opinfo_cases import select_samples
+from exporter.diagnostics import second_shape
 
 
 def test_case_id_round_trip():
@@ -141,7 +142,7 @@ def test_outputs_are_flattened_to_real_tensors():
 def test_dynamic_spec_marks_dims_of_size_two_and_more():
     (spec,) = shapes.dynamic_shapes_spec((torch.ones(1, 3), torch.ones(()), torch.ones(0, 2)))
     assert [sorted(s) for s in spec] == [[1], [], [1]]
-    assert not shapes.has_dynamic_dims((torch.ones(1, 1), torch.ones(())))
+    assert not second_shape.has_dynamic_dims((torch.ones(1, 1), torch.ones(())))
 
 
 def test_second_shape_grows_equal_sizes_together_and_keeps_values_valid():
@@ -150,7 +151,7 @@ def test_second_shape_grows_equal_sizes_together_and_keeps_values_valid():
     w = torch.rand(4, 5)
     index = torch.tensor([[0, 2], [1, 1]])
     scalar = torch.tensor(2.0)
-    gx, gw, gi, gs = shapes.grown_inputs((x, w, index, scalar), 1, generator)
+    gx, gw, gi, gs = second_shape.grown_inputs((x, w, index, scalar), 1, generator)
     assert (gx.shape, gw.shape, gi.shape, gs.shape) == ((4, 5), (5, 6), (3, 3), ())
     assert torch.equal(gx[:3, :4], x)  # original values in the leading block
     assert bool((gx >= 1.0).all())  # new elements stay within the original range
@@ -165,22 +166,22 @@ def test_specialised_dims_are_named():
 
 def test_growth_plans_try_every_group_then_fewer():
     inputs = (torch.ones(3, 4), torch.ones(4, 5))
-    assert shapes.size_groups(inputs) == [3, 4, 5]
-    plans = shapes.growth_plans(inputs)
+    assert second_shape.size_groups(inputs) == [3, 4, 5]
+    plans = second_shape.growth_plans(inputs)
     assert plans[0] is None
     assert plans[1:4] == [frozenset({4, 5}), frozenset({3, 5}), frozenset({3, 4})]
     assert plans[4:] == [frozenset({3}), frozenset({4}), frozenset({5})]
-    assert shapes.growth_plans((torch.ones(3, 3),)) == [None]
-    assert shapes.grown_dims(inputs, frozenset({4})) == {(0, 1), (1, 0)}
+    assert second_shape.growth_plans((torch.ones(3, 3),)) == [None]
+    assert second_shape.grown_dims(inputs, frozenset({4})) == {(0, 1), (1, 0)}
 
 
 def test_a_plan_grows_only_its_sizes_and_only_those_dims_must_be_dynamic():
     generator = torch.Generator().manual_seed(0)
     x, w = torch.rand(3, 4), torch.rand(4, 5)
-    gx, gw = shapes.grown_inputs((x, w), 1, generator, frozenset({4}))
+    gx, gw = second_shape.grown_inputs((x, w), 1, generator, frozenset({4}))
     assert (gx.shape, gw.shape) == ((3, 5), (5, 5))
     onnx_shapes = {"input_0": [3, "s0"], "input_1": ["s0", 5]}
-    grown = shapes.grown_dims((x, w), frozenset({4}))
+    grown = second_shape.grown_dims((x, w), frozenset({4}))
     assert shapes.specialised_inputs(onnx_shapes, ["input_0", "input_1"], (x, w), grown) == []
     assert len(shapes.specialised_inputs(onnx_shapes, ["input_0", "input_1"], (x, w))) == 2
 
@@ -211,6 +212,6 @@ def test_second_shape_keeps_the_output_count_of_the_first():
 def test_a_sorted_input_stays_sorted_at_the_second_shape():
     generator = torch.Generator().manual_seed(0)
     boundaries, offsets = torch.tensor([-1.0, 0.0, 0.5, 2.0]), torch.tensor([0, 3])
-    grown_boundaries, grown_offsets = shapes.grown_inputs((boundaries, offsets), 1, generator)
+    grown_boundaries, grown_offsets = second_shape.grown_inputs((boundaries, offsets), 1, generator)
     assert bool((grown_boundaries.diff() >= 0).all()) and grown_boundaries.shape == (5,)
     assert bool((grown_offsets.diff() >= 0).all()) and set(grown_offsets.tolist()) <= {0, 3}

@@ -7,13 +7,15 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import exporter
-from exporter import repro
+import exporter.diagnostics.compare
+from exporter.diagnostics import repro
 
 aten = torch.ops.aten
 
@@ -64,22 +66,23 @@ def test_repro_of_a_failed_verification_reproduces_it_in_a_clean_subprocess(tmp_
         "expected.npz",
         "inputs2.npz",
         "expected2.npz",
-        "exported_program.pt2",
         "case.json",
         "repro.py",
+        "compare.py",
     }
     script = (folder / "repro.py").read_text()
     assert "exporter" not in script and "torch" not in script
+    # The rule the script applies is the project's own file, copied, not a second copy of it.
+    rule = (folder / "compare.py").read_text()
+    assert rule == Path(exporter.diagnostics.compare.__file__).read_text()
     done = run_clean(folder)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "--- example inputs: x[2, 4]" in done.stdout
     assert "--- second shape: x[3, 4]" in done.stdout
-    assert "MISMATCH output 0: max abs error" in done.stdout
+    assert "MISMATCH output 0: " in done.stdout and "max abs error" in done.stdout
     assert done.stdout.rstrip().endswith("result: MISMATCH")
     case = json.loads((folder / "case.json").read_text())
     assert case["stage"] == "accuracy" and "sigmoid" in case["note"]
-    loaded = torch.export.load(folder / "exported_program.pt2")
-    assert any(n.target == aten.sigmoid.default for n in loaded.graph.nodes)
 
 
 def test_repro_of_a_matching_model_exits_zero(tmp_path):
@@ -159,3 +162,75 @@ def test_bfloat16_arrays_are_stored_as_uint16_and_listed(tmp_path):
         assert np.array_equal(data["x"].view(ml_dtypes.bfloat16), values)
     done = run_clean(folder)  # no model.onnx: the export failed, and the script says so
     assert done.returncode == 1 and "no model.onnx" in done.stdout
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: the proof that a pickle ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_repro_folder_runs_no_pickle_it_holds(tmp_path):
+    import pickle
+
+    program = exporter.export(Small().eval(), (torch.randn(2, 4),))
+    folder = repro.write_repro(
+        tmp_path / "planted",
+        model_proto=program.model_proto,
+        inputs=[np.zeros((2, 4), np.float32)],
+        expected=[np.zeros((2, 3), np.float32)],
+        rtol=0,
+        atol=0,
+    )
+    assert not any(p.suffix in (".pt2", ".pt", ".pkl") for p in folder.iterdir())
+    marker = tmp_path / "pickle-ran"
+    # Someone swaps the arrays for object arrays (np.savez pickles those) and drops a pickled
+    # program beside them.
+    np.savez(folder / "inputs.npz", x=np.array([_Payload(marker)], dtype=object))
+    np.savez(folder / "expected.npz", output_0=np.array([_Payload(marker)], dtype=object))
+    (folder / "exported_program.pt2").write_bytes(pickle.dumps(_Payload(marker)))
+    done = run_clean(folder)
+    assert done.returncode != 0
+    assert "allow_pickle" in done.stderr, done.stderr
+    assert not marker.exists()
+
+
+class LinearSigmoid(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.ops.aten.sigmoid(self.lin(x))
+
+
+def test_a_failed_exports_rerun_script_loads_no_pickle(tmp_path):
+    from exporter._record import ExportRecord
+
+    model = LinearSigmoid().eval()
+    program = torch.export.export(model, (torch.randn(2, 4),))
+    record = ExportRecord(model_class="LinearSigmoid", exported_program=program)
+    folder = repro.write_failed_export_repro(
+        tmp_path / "failed", record, RuntimeError("translation failed"), stage="translation"
+    )
+    script = (folder / "rerun_export.py").read_text()
+    assert "aten.linear.default" in script  # the program, as source
+    case = json.loads((folder / "case.json").read_text())
+    assert case["input_order"] == ["x"] and case["placeholders"] == ["lin.weight", "lin.bias", None]
+    with np.load(folder / "weights.npz", allow_pickle=False) as weights:
+        assert np.array_equal(weights["lin.weight"], model.lin.weight.detach().numpy())
+    # The script rebuilds the program, and the export of it succeeds here.
+    env = {**os.environ, "PYTHONPATH": str(Path(exporter.__file__).parents[1])}
+    rerun = [sys.executable, "rerun_export.py"]
+    done = subprocess.run(rerun, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "the export succeeds now" in done.stdout, done.stderr
+    # With planted pickles for weights, nothing runs: the load refuses them.
+    marker = tmp_path / "pickle-ran"
+    np.savez(folder / "weights.npz", **{"lin.weight": np.array([_Payload(marker)], dtype=object)})
+    done = subprocess.run(rerun, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "allow_pickle" in done.stderr
+    assert not marker.exists()

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import exporter
-from exporter import verify
-from exporter.verify import OnnxVerificationWarning
+from exporter.diagnostics import verify
+from exporter.diagnostics.compare import ERROR_BIN_LABELS
+from exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
 VERIFY_STAGES = ("checker", "ort_load", "ort_run", "accuracy", "second_shape_accuracy")
@@ -204,7 +205,7 @@ def test_compare_output_flags_dtype_and_counts_elements():
         0, "y", want, np.array([1.0, 2.0, 3.5], np.float32), rtol=1e-3, atol=1e-3
     )
     assert not result.ok and result.mismatched == 1 and result.max_abs == pytest.approx(0.5)
-    assert result.histogram[verify.ERROR_BIN_LABELS.index("<1")] == 1
+    assert result.histogram[ERROR_BIN_LABELS.index("<1")] == 1
     assert sum(result.histogram) == 3
 
 

@@ -1,12 +1,18 @@
-"""The comparison rule and the tolerance policy of the conformance suite."""
+"""THE comparison rule (exporter/diagnostics/compare.py) and the op cases' tolerance policy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conformance.compare import compare_outputs
-from conformance.tolerances import load_policy
+from conformance.runner import OP_TOLERANCES_PATH
+from exporter.diagnostics.compare import (
+    SCALE,
+    align_vector_signs,
+    compare_arrays,
+    compare_outputs,
+    load_policy,
+)
 
 
 def _compare(expected, actual, rtol=1e-5, atol=1e-5, **kwargs):
@@ -58,7 +64,7 @@ def test_integers_and_bools_compare_exactly_whatever_the_tolerance():
 @pytest.mark.parametrize(
     ("actual", "problem"),
     [
-        (np.zeros((2, 3), dtype=np.float32), "shape (2, 3) != expected (3, 2)"),
+        (np.zeros((2, 3), dtype=np.float32), "shape [2, 3] != expected [3, 2]"),
         (np.zeros((3, 2), dtype=np.float64), "dtype float64 != expected float32"),
     ],
 )
@@ -87,7 +93,7 @@ def test_shape_only_ignores_values_but_not_shapes():
 
 
 def test_policy_has_every_case_dtype_and_exact_integers():
-    policy = load_policy()
+    policy = load_policy(OP_TOLERANCES_PATH)
     for dtype in ("f32", "f16", "bf16", "i64", "b8"):
         tolerance = policy.tolerance("abs", dtype)
         assert tolerance.rtol >= 0 and tolerance.atol >= 0
@@ -116,15 +122,13 @@ def test_policy_overrides_and_shape_only_come_from_data(tmp_path):
 
 
 def test_policy_lists_random_ops_as_shape_only():
-    policy = load_policy()
+    policy = load_policy(OP_TOLERANCES_PATH)
     for op in ("bernoulli", "normal", "nn.functional.dropout", "rand_like", "multinomial"):
         assert policy.is_shape_only(op), op
     assert not policy.is_shape_only("nn.functional.normalize")
 
 
 def test_vectors_are_compared_up_to_a_paired_sign():
-    from conformance.compare import align_vector_signs
-
     rng = np.random.default_rng(0)
     u, s, vh = np.linalg.svd(rng.standard_normal((4, 3)).astype(np.float32), full_matrices=False)
     flip = np.array([1.0, -1.0, -1.0], dtype=np.float32)
@@ -153,4 +157,49 @@ def test_sign_invariant_entries_are_validated(tmp_path):
     path.write_text('[[sign_invariant]]\nop = "svd"\noutputs = [[0, "diagonal"]]\n')
     with pytest.raises(ValueError, match="sign_invariant"):
         load_policy(path)
-    assert load_policy().sign_invariant("linalg.eigh") == [[1, "columns"]]
+    assert load_policy(OP_TOLERANCES_PATH).sign_invariant("linalg.eigh") == [[1, "columns"]]
+
+
+def test_errors_are_judged_against_the_output_scale():
+    expected = [np.array([1000.0, 0.001], dtype=np.float32)]
+    # 0.05 off on an output of scale 1000: elementwise that is 5000% on the small element,
+    # relative to the scale it is 5e-5, within rtol 1e-4.
+    close = [np.array([1000.0, 0.051], dtype=np.float32)]
+    result = compare_outputs(expected, close, rtol=1e-4, atol=1e-6, rule=SCALE)
+    assert result.ok and result.max_rel_scale == pytest.approx(5e-5, rel=1e-3)
+    assert not compare_outputs(expected, close, rtol=1e-4, atol=1e-6).ok  # elementwise
+    far = [np.array([1000.5, 0.001], dtype=np.float32)]
+    assert not compare_outputs(expected, far, rtol=1e-4, atol=1e-6, rule=SCALE).ok
+
+
+def test_a_declared_fixed_dimension_that_comes_out_different_is_a_failure():
+    out = [np.zeros((3, 9, 2), dtype=np.float32) + 1]
+    result = compare_outputs(out, out, rtol=1e-4, atol=0, rule=SCALE, declared_shapes=[["b", 7, 2]])
+    assert not result.ok and "declares [b, 7, 2]" in result.message
+
+
+def test_compare_arrays_reports_shape_nan_and_tolerance_problems():
+    zeros = np.zeros((2, 3), np.float32)
+    found = compare_arrays(zeros, np.zeros((3, 2), np.float32), rtol=0, atol=0)
+    assert not found.ok and "shape [3, 2] != expected [2, 3]" in found.message
+    found = compare_arrays(np.array([1.0, np.nan]), np.array([1.0, 2.0]), rtol=0, atol=0)
+    assert not found.ok and "NaN positions differ" in found.message and found.mismatched == 1
+    found = compare_arrays(np.array([1.0, 2.0]), np.array([1.0, 2.5]), rtol=1e-3, atol=1e-3)
+    assert not found.ok and found.max_abs == pytest.approx(0.5) and found.mismatched == 1
+    assert compare_arrays(np.array([3, 4]), np.array([3, 4]), rtol=0, atol=0).ok
+
+
+def test_histogram_counts_finite_errors_per_bin():
+    want = np.array([1.0, 2.0, 3.0, np.inf], np.float32)
+    got = np.array([1.0, 2.0 + 2e-6, 3.5, np.inf], np.float32)
+    found = compare_arrays(want, got, rtol=0, atol=1e-3, histogram=True)
+    from exporter.diagnostics.compare import ERROR_BIN_LABELS
+
+    counts = dict(zip(ERROR_BIN_LABELS, found.histogram))
+    assert counts["<1e-7"] == 1 and counts["<1e-5"] == 1 and counts["<1"] == 1
+    assert sum(found.histogram) == 3  # the matching infinities are not an error size
+
+
+def test_an_unknown_rule_is_an_error():
+    with pytest.raises(ValueError, match="unknown comparison rule"):
+        compare_arrays(np.ones(2), np.ones(2), rtol=0, atol=0, rule="relative")

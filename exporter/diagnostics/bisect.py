@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from exporter import _errors, _metadata
 from exporter._translate import FX_VALUES_KEY, is_noop_target
+from exporter.diagnostics.compare import ArrayComparison, compare_arrays
 
 #: How many divergent nodes after the first the result keeps, for context in the report.
 KEEP_DIVERGENT = 10
@@ -112,68 +113,9 @@ class BisectionResult:
 
 
 # ------------------------------------------------------------------------------- comparing
-def compare_values(
-    expected: Any, actual: np.ndarray, *, rtol: float, atol: float
-) -> tuple[bool, str, float | None, float | None]:
-    """(ok, message, max_abs, max_rel). Floats pass when |a - e| <= atol + rtol * |e|
-    elementwise with NaNs in the same places; integers and bools must be equal."""
-    want = _as_numpy(expected)
-    got = np.asarray(actual)
-    if want.shape != got.shape:
-        return False, f"shape {list(got.shape)} != expected {list(want.shape)}", None, None
-    if want.size == 0:
-        return True, "empty", 0.0, 0.0
-    if want.dtype.kind in "biu" and got.dtype.kind in "biu":
-        bad = want != got
-        diff = np.abs(want.astype(np.float64) - got.astype(np.float64))
-        max_abs = float(diff.max())
-        if bad.any():
-            return (
-                False,
-                f"{int(bad.sum())}/{want.size} elements differ, max abs {max_abs:g}",
-                max_abs,
-                None,
-            )
-        return True, "equal", max_abs, 0.0
-    # float32 arithmetic is exact enough to judge tolerances of 1e-7 and up, at half the cost.
-    work = np.float64 if np.float64 in (want.dtype, got.dtype) else np.float32
-    w = want.astype(work, copy=False)
-    g = got.astype(work, copy=False)
-    w_nan, g_nan = np.isnan(w), np.isnan(g)
-    if not np.array_equal(w_nan, g_nan):
-        return (
-            False,
-            (
-                f"NaN positions differ ({int((g_nan & ~w_nan).sum())} unexpected, "
-                f"{int((w_nan & ~g_nan).sum())} missing)"
-            ),
-            None,
-            None,
-        )
-    w_inf = np.isinf(w)
-    if not np.array_equal(w_inf, np.isinf(g)) or not np.array_equal(w[w_inf], g[w_inf]):
-        return False, "infinities differ in position or sign", None, None
-    finite = np.isfinite(w)
-    if not finite.any():
-        return True, "only NaN/inf, all matching", 0.0, 0.0
-    w, g = w[finite], g[finite]
-    diff = np.abs(g - w)
-    mag = np.abs(w)
-    max_abs = float(diff.max())
-    nonzero = mag > 0
-    max_rel = float((diff[nonzero] / mag[nonzero]).max()) if nonzero.any() else 0.0
-    bad = diff > atol + rtol * mag
-    if bad.any():
-        return (
-            False,
-            (
-                f"{int(bad.sum())}/{want.size} elements exceed rtol={rtol:g} "
-                f"atol={atol:g}; max abs {max_abs:.3g}, max rel {max_rel:.3g}"
-            ),
-            max_abs,
-            max_rel,
-        )
-    return True, f"max abs {max_abs:.3g}, max rel {max_rel:.3g}", max_abs, max_rel
+def _compare_value(expected: Any, actual: Any, *, rtol: float, atol: float) -> ArrayComparison:
+    """A program value (tensor, SymInt, Python number) against an ONNX value, by THE rule."""
+    return compare_arrays(_as_numpy(expected), np.asarray(actual), rtol=rtol, atol=atol)
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -452,9 +394,9 @@ def _compare_outputs(
         return f"output count differs: program {len(tensors)}, reference {len(expected)}"
     problems = []
     for i, (a, e) in enumerate(zip(tensors, expected)):
-        ok, message, _, _ = compare_values(e, _as_numpy(a), rtol=rtol, atol=atol)
-        if not ok:
-            problems.append(f"output {i}: {message}")
+        found = _compare_value(e, _as_numpy(a), rtol=rtol, atol=atol)
+        if not found.ok:
+            problems.append(f"output {i}: {found.message}")
     return "; ".join(problems) if problems else "match"
 
 
@@ -490,9 +432,8 @@ def _bisect_model(
         expected = fx_values[node.name]
         if not isinstance(expected, (torch.Tensor, int, float, bool, torch.SymInt)):
             continue
-        ok, message, max_abs, max_rel = compare_values(
-            expected, onnx_values[value_name], rtol=rtol, atol=atol
-        )
+        found = _compare_value(expected, onnx_values[value_name], rtol=rtol, atol=atol)
+        ok, message, max_abs, max_rel = found.ok, found.message, found.max_abs, found.max_rel
         compared[node.name] = ok
         if ok:
             continue

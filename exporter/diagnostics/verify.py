@@ -4,7 +4,7 @@ Stages, each recorded into ``ExportRecord.status``: ``checker`` (the real
 ``onnx.checker.check_model(full_check=True)``), ``ort_load``, ``ort_run``, ``accuracy`` (values,
 shapes and dtypes against the EAGER module on the example inputs) and ``second_shape_accuracy``
 (the same on generated inputs where every dynamic dimension has another size). When outputs
-diverge, :mod:`exporter.bisect` names the first divergent FX node.
+diverge, :mod:`exporter.diagnostics.bisect` names the first divergent FX node.
 
 The reference is the user's module rather than the exported program, so that capture and
 decomposition bugs show too; the second shape is what catches silently specialised dimensions.
@@ -25,35 +25,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 from exporter._errors import OnnxCheckerError, OnnxVerificationError
-
-#: Upper edges of the absolute-error histogram buckets; the last bucket is ">= 1".
-ERROR_BIN_EDGES = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-ERROR_BIN_LABELS = (
-    "<1e-7",
-    "<1e-6",
-    "<1e-5",
-    "<1e-4",
-    "<1e-3",
-    "<1e-2",
-    "<0.1",
-    "<1",
-    ">=1",
-)
-
-#: Default tolerances by output dtype. onnxruntime accumulates reductions, matmuls and
-#: convolutions in another order than torch CPU, and its fp16 kernels compute in fp16.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-7),
-    "float32": (1e-3, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-}
-#: Tolerance for dtypes not listed (integers and bools compare exactly anyway).
-FALLBACK_TOLERANCE = (1e-3, 1e-4)
-#: Growth tried for dynamic dimensions, in order, until the eager module accepts the inputs.
-SECOND_SHAPE_DELTAS = (1, 2)
-#: torch.export specialises sizes 0 and 1, so a changed dynamic dimension never goes below 2.
-MIN_DYNAMIC_SIZE = 2
+from exporter._record import ExportRecord
+from exporter.diagnostics.compare import compare_arrays, resolve_tolerance
+from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
 
 
 class OnnxVerificationWarning(UserWarning):
@@ -84,14 +58,27 @@ class OutputComparison:
 class RunComparison:
     """The ONNX model against the reference on one set of inputs."""
 
-    label: str  # "example inputs" or "second shape"
+    label: str  # "example inputs" or "second shape", for display only
     input_shapes: list[tuple[str, tuple[int, ...]]]
     outputs: list[OutputComparison] = dataclasses.field(default_factory=list)
     error: str | None = None  # onnxruntime or the reference raised; or output counts differ
+    #: The run on the generated second-shape inputs (else the example inputs).
+    second_shape: bool = False
+    #: onnxruntime raised, so there are no outputs to compare.
+    runtime_failed: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None and all(o.ok for o in self.outputs)
+
+    @property
+    def failed_stage(self) -> str | None:
+        """The ExportRecord stage this run failed, or None when it passed."""
+        if self.ok:
+            return None
+        if self.second_shape:
+            return "second_shape_accuracy"
+        return "ort_run" if self.runtime_failed else "accuracy"
 
     def shapes_text(self) -> str:
         return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
@@ -126,7 +113,7 @@ class VerificationResult:
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     #: What the second-shape inputs changed: "x dim 0: 2 -> 3".
     changed_dims: list[str] = dataclasses.field(default_factory=list)
-    bisection: Any = None  # exporter.bisect.BisectionResult
+    bisection: Any = None  # bisect.BisectionResult
     bisection_error: str | None = None
     repro_dir: Any = None  # Path, set when a repro directory was written
     case: FailingCase | None = dataclasses.field(default=None, repr=False)
@@ -175,18 +162,6 @@ class VerificationResult:
 
 
 # ------------------------------------------------------------------------------ comparison
-def _tolerance(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    default = DEFAULT_TOLERANCES.get(dtype, FALLBACK_TOLERANCE)
-    return (default[0] if rtol is None else rtol, default[1] if atol is None else atol)
-
-
-def _histogram(diff: np.ndarray) -> list[int]:
-    edges = np.concatenate([[-np.inf], np.asarray(ERROR_BIN_EDGES), [np.inf]])
-    # Right-open buckets: an error exactly 1e-5 counts as "<1e-4".
-    counts = np.histogram(diff, bins=edges)[0] if diff.size else np.zeros(len(edges) - 1)
-    return [int(c) for c in counts]
-
-
 def compare_output(
     index: int,
     name: str,
@@ -196,12 +171,12 @@ def compare_output(
     rtol: float | None,
     atol: float | None,
 ) -> OutputComparison:
-    """Shape, dtype and values of one output against its expected array."""
-    from exporter.bisect import compare_values
-
+    """Shape, dtype and values of one output against its expected array (``rtol``/``atol``
+    default by the expected dtype)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     e_dtype, a_dtype = str(expected.dtype), str(actual.dtype)
-    r, a = _tolerance(e_dtype, rtol, atol)
+    r, a = resolve_tolerance("export", e_dtype, rtol, atol)
+    values = compare_arrays(expected, actual, rtol=r, atol=a, histogram=True)
     result = OutputComparison(
         index=index,
         name=name,
@@ -211,34 +186,21 @@ def compare_output(
         actual_shape=tuple(actual.shape),
         expected_dtype=e_dtype,
         actual_dtype=a_dtype,
+        max_abs=values.max_abs,
+        max_rel=values.max_rel,
+        mismatched=values.mismatched,
         total=int(expected.size),
+        histogram=values.histogram,
         rtol=r,
         atol=a,
     )
     problems = []
     if e_dtype != a_dtype:
         problems.append(f"dtype {a_dtype} != expected {e_dtype}")
-    if expected.shape != actual.shape:
-        problems.append(f"shape {list(actual.shape)} != expected {list(expected.shape)}")
-        result.ok, result.message = False, "; ".join(problems)
-        return result
-    ok, message, result.max_abs, result.max_rel = compare_values(expected, actual, rtol=r, atol=a)
-    if expected.size:
-        w, g = expected.astype(np.float64), actual.astype(np.float64)
-        finite = np.isfinite(w) & np.isfinite(g)
-        diff = np.abs(g[finite] - w[finite])
-        result.histogram = _histogram(diff)
-        if expected.dtype.kind in "biu":
-            result.mismatched = int(np.count_nonzero(w != g))
-        else:
-            # NaN against NaN and equal infinities agree; any other non-finite pair does not.
-            agreeing = (np.isnan(w) & np.isnan(g)) | (np.isinf(w) & (w == g))
-            off_finite = np.count_nonzero(diff > a + r * np.abs(w[finite]))
-            result.mismatched = int(off_finite + np.count_nonzero(~finite & ~agreeing))
-    if not ok:
-        problems.append(message)
+    if not values.ok:
+        problems.append(values.message)
     result.ok = not problems
-    result.message = "; ".join(problems) if problems else message
+    result.message = "; ".join(problems) if problems else values.message
     return result
 
 
@@ -519,28 +481,6 @@ def _finite_int(bound: Any) -> int | None:
     return value if abs(value) < 2**62 else None
 
 
-def grow_tensor(tensor: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
-    """A tensor of ``shape`` whose leading block is ``tensor``: index tensors stay in range and
-    masks keep their pattern. New float elements are uniform between the tensor's finite min
-    and max; new integer and bool elements are drawn from the tensor's own values."""
-    flat = tensor.detach().reshape(-1)
-    if flat.numel() == 0 or 0 in shape:
-        grown = torch.zeros(shape, dtype=tensor.dtype)
-    elif tensor.is_floating_point():
-        finite = flat[torch.isfinite(flat)].double()
-        low, high = (finite.min().item(), finite.max().item()) if finite.numel() else (-1.0, 1.0)
-        grown = (
-            low + (high - low) * torch.rand(shape, generator=generator, dtype=torch.float64)
-        ).to(tensor.dtype)
-    elif tensor.is_complex():
-        grown = torch.randn(shape, generator=generator, dtype=tensor.dtype)
-    else:
-        grown = flat[torch.randint(0, flat.numel(), shape, generator=generator)].clone()
-    block = tuple(slice(0, min(a, b)) for a, b in zip(tensor.shape, shape))
-    grown[block] = tensor.detach()[block]
-    return grown
-
-
 # ------------------------------------------------------------------------------ the stages
 def run_checker(proto_or_model: Any) -> str:
     """'ok', or the message of ``onnx.checker.check_model(full_check=True)``."""
@@ -574,12 +514,12 @@ def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list
 
 
 def _compare_run(
-    label: str,
     program: Any,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     expected: list[np.ndarray],
     *,
+    second_shape: bool,
     rtol: float | None,
     atol: float | None,
 ) -> RunComparison:
@@ -587,11 +527,13 @@ def _compare_run(
 
     input_names = [v.name or f"input_{i}" for i, v in enumerate(program.model.graph.inputs)]
     shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
-    run = RunComparison(label, list(zip(input_names, shapes)))
+    label = "second shape" if second_shape else "example inputs"
+    run = RunComparison(label, list(zip(input_names, shapes)), second_shape=second_shape)
     try:
         actual = _run_onnx(program, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
         run.error = f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"
+        run.runtime_failed = True
         return run
     names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
     if len(actual) != len(expected):
@@ -620,7 +562,7 @@ def verify_program(
     kwargs: dict[str, Any] | None = None,
     *,
     dynamic_shapes: Any = None,
-    record: Any = None,
+    record: ExportRecord | None = None,
     strict: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
@@ -629,8 +571,9 @@ def verify_program(
 ) -> VerificationResult:
     """Check, load, run and compare ``program`` with ``eager_model``; see the module docstring.
 
-    ``rtol``/``atol`` default per output dtype (DEFAULT_TOLERANCES). With ``eager_model=None``
-    (the export started from an ExportedProgram) the reference is ``exported_program.module()``.
+    ``rtol``/``atol`` default per output dtype (``diagnostics.compare.TOLERANCES``). With
+    ``eager_model=None`` (the export started from an ExportedProgram) the reference is
+    ``exported_program.module()``.
     Warns with :class:`OnnxVerificationWarning` on any problem; ``strict=True`` raises
     :class:`OnnxVerificationError` (or :class:`OnnxCheckerError` when only the checker failed).
     """
@@ -703,10 +646,10 @@ def verify_program(
     if result.ort_load_error is None:
         start = time.perf_counter()
         first = _compare_run(
-            "example inputs", program, args, kwargs, expected, rtol=rtol, atol=atol
+            program, args, kwargs, expected, second_shape=False, rtol=rtol, atol=atol
         )
         result.runs.append(first)
-        ran = first.error is None or not first.error.startswith("onnxruntime failed")
+        ran = not first.runtime_failed
         status["ort_run"] = "ok" if ran else "failed"
         status["accuracy"] = ("ok" if first.ok else "failed") if ran else "skipped"
         if not ran:
@@ -802,7 +745,7 @@ def _second_shape(
             continue
         result.changed_dims = plan.changed
         run = _compare_run(
-            "second shape", program, new_args, new_kwargs, expected, rtol=rtol, atol=atol
+            program, new_args, new_kwargs, expected, second_shape=True, rtol=rtol, atol=atol
         )
         result.runs.append(run)
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
@@ -831,17 +774,17 @@ def _bisect_first_failure(
     rtol: float | None,
     atol: float | None,
 ) -> None:
-    from exporter import bisect
+    from exporter.diagnostics import bisect
 
     failing = next((r for r in result.runs if not r.ok), None)
     if failing is None or program.exported_program is None:
         return
-    if failing.label == "second shape":
+    if failing.second_shape:
         args, kwargs = result.second_inputs
         expected = result.case.expected2
     else:
         expected = result.case.expected
-    r, a = _tolerance("float32", rtol, atol)
+    r, a = resolve_tolerance("export", "float32", rtol, atol)
     try:
         result.bisection = bisect.bisect(
             program, args, kwargs, rtol=r, atol=a, registry=registry, reference_outputs=expected
@@ -851,7 +794,7 @@ def _bisect_first_failure(
         result.bisection_error = f"{type(exc).__name__}: {exc}"
 
 
-def _record_problems(record: Any, result: VerificationResult) -> None:
+def _record_problems(record: ExportRecord, result: VerificationResult) -> None:
     source = None
     if result.bisection is not None and result.bisection.first is not None:
         source = result.bisection.first.source
@@ -860,12 +803,8 @@ def _record_problems(record: Any, result: VerificationResult) -> None:
         f"dynamic axis specialised: {s}" for s in result.specialised
     )
     for run in result.runs:
-        crashed = run.error is not None and run.error.startswith("onnxruntime failed")
-        if run.label == "second shape":
-            stage = "second_shape_accuracy"
-        else:
-            stage = "ort_run" if crashed else "accuracy"
-        found.setdefault(stage, []).extend(run.problems())
+        if run.failed_stage is not None:
+            found.setdefault(run.failed_stage, []).extend(run.problems())
     for stage, problems in found.items():
         if problems:
             error = OnnxVerificationError("\n".join(problems))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import _errors
+from exporter._record import ExportRecord
 
 SECTIONS = (
     "Status",
@@ -45,11 +46,13 @@ _STAGE_TITLES = {
 }
 
 
-def report_file_name(record: Any, error: BaseException | None, now: datetime.datetime) -> str:
+def report_file_name(
+    record: ExportRecord, error: BaseException | None, now: datetime.datetime
+) -> str:
     return f"onnx_export_{now.strftime('%Y-%m-%d_%H-%M-%S-%f')}_{outcome(record, error)}.md"
 
 
-def outcome(record: Any, error: BaseException | None) -> str:
+def outcome(record: ExportRecord, error: BaseException | None) -> str:
     stage = record.failed_stage
     if stage:
         return stage
@@ -59,12 +62,16 @@ def outcome(record: Any, error: BaseException | None) -> str:
 
 
 def write_report(
-    record: Any, folder: str | Path, *, program: Any = None, error: BaseException | None = None
+    record: ExportRecord,
+    folder: str | Path,
+    *,
+    program: Any = None,
+    error: BaseException | None = None,
 ) -> Path:
     """Write the report of one export into ``folder`` and return its path.
 
     When verification found the model disagreeing with the reference, a repro directory
-    (``exporter.repro``) is written next to it, named like the report with ``_repro``.
+    (``exporter.diagnostics.repro``) is written next to it, named like the report with ``_repro``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -146,7 +153,10 @@ def _versions() -> str:
 
 
 def _header(
-    record: Any, error: BaseException | None, now: datetime.datetime, repro_note: str | None
+    record: ExportRecord,
+    error: BaseException | None,
+    now: datetime.datetime,
+    repro_note: str | None,
 ) -> str:
     result = outcome(record, error)
     lines = [
@@ -178,11 +188,11 @@ def _first_line(error: BaseException) -> str:
 
 
 def _maybe_write_repro(
-    record: Any, program: Any, error: BaseException | None, report_path: Path
+    record: ExportRecord, program: Any, error: BaseException | None, report_path: Path
 ) -> str | None:
     """A repro directory next to the report when there is something to reproduce: a model that
     disagrees with the reference, or a program whose translation failed."""
-    from exporter import repro
+    from exporter.diagnostics import repro
 
     folder = report_path.with_name(report_path.stem + "_repro")
     verification = getattr(record, "verification", None)
@@ -195,8 +205,8 @@ def _maybe_write_repro(
     if error is not None and record.model is None and translated is not None:
         repro.write_failed_export_repro(folder, record, error, stage=outcome(record, error))
         return (
-            f"`{folder}` (the program that failed to translate, as exported_program.pt2, "
-            f"with its example inputs)"
+            f"`{folder}` (the program that failed to translate with its example inputs; "
+            f"`python rerun_export.py` there re-runs the export)"
         )
     return None
 
@@ -206,7 +216,7 @@ def _mark(state: str | None) -> str:
     return {"ok": OK, "failed": FAILED}.get(state or "", NOT_RUN)
 
 
-def _status(record: Any, error: BaseException | None) -> str:
+def _status(record: ExportRecord, error: BaseException | None) -> str:
     from exporter import _capture
 
     lines = []
@@ -268,7 +278,7 @@ def _status(record: Any, error: BaseException | None) -> str:
 
 
 # -------------------------------------------------------------------------------- errors
-def _errors_section(record: Any, error: BaseException | None) -> str:
+def _errors_section(record: ExportRecord, error: BaseException | None) -> str:
     blocks = []
     for attempt in record.capture_attempts:
         if attempt.ok:
@@ -377,7 +387,7 @@ def _error_block(stage: str, kind: str, message: str, source: str | None, trace:
 
 
 # ----------------------------------------------------------------------- unsupported ops
-def _unsupported(record: Any) -> str:
+def _unsupported(record: ExportRecord) -> str:
     items = record.unsupported
     if not items:
         if record.status.get("translation") in ("ok", "failed") or record.model is not None:
@@ -402,7 +412,7 @@ def _unsupported(record: Any) -> str:
 
 
 # ---------------------------------------------------------------------- exported program
-def _exported_program(record: Any, program: Any) -> str:
+def _exported_program(record: ExportRecord, program: Any) -> str:
     translated = record.exported_program
     if translated is None and program is not None:
         translated = program.exported_program
@@ -442,7 +452,7 @@ def _dynamic(value: Any) -> str:
     return ", ".join(names) or "static"
 
 
-def _graph_summary(record: Any, program: Any) -> str:
+def _graph_summary(record: ExportRecord, program: Any) -> str:
     import onnx_ir as ir
 
     model = program.model if program is not None else record.model
@@ -488,8 +498,8 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _accuracy(record: Any) -> str:
-    from exporter.verify import ERROR_BIN_LABELS
+def _accuracy(record: ExportRecord) -> str:
+    from exporter.diagnostics.compare import ERROR_BIN_LABELS
 
     verification = getattr(record, "verification", None)
     if verification is None:
@@ -515,7 +525,7 @@ def _accuracy(record: Any) -> str:
         lines.append(f"- Repro directory: `{v.repro_dir}`")
     for run in v.runs:
         lines += ["", f"### {run.label}: {run.shapes_text()}", ""]
-        if run.label == "second shape" and v.changed_dims:
+        if run.second_shape and v.changed_dims:
             lines += ["Changed: " + "; ".join(v.changed_dims), ""]
         if run.error:
             lines += [f"{FAILED} {run.error}", ""]
@@ -560,7 +570,7 @@ def _accuracy(record: Any) -> str:
     return "\n".join(lines)
 
 
-def _bisection(record: Any) -> str:
+def _bisection(record: ExportRecord) -> str:
     verification = getattr(record, "verification", None)
     if verification is None:
         return "Not run: verification was not requested."
@@ -611,7 +621,7 @@ def _bisection(record: Any) -> str:
 
 
 # ------------------------------------------------------------------------------- timings
-def _timings(record: Any) -> str:
+def _timings(record: ExportRecord) -> str:
     if not record.timings and not record.capture_attempts:
         return "No stage ran."
     rows = [

@@ -1,0 +1,456 @@
+"""Does an ONNX output match the reference output? The one rule every comparison uses.
+
+``verify=True``, bisection, the conformance harness (ops and models) and every repro directory's
+``repro.py`` judge arrays here. This file imports numpy and the standard library only, so a repro
+directory carries a copy of it beside its script and applies the very same rule without the
+project.
+
+Two ways to measure a float error, one rule otherwise:
+
+- ``ELEMENT`` (ops, ``verify``, bisection): every element satisfies
+  ``|actual - expected| <= atol + rtol * |expected|``.
+- ``SCALE`` (whole models): ``max |actual - expected| <= atol + rtol * scale`` with ``scale =
+  max |expected|`` over the finite elements, because elementwise relative error explodes on
+  logits near zero while the model is fine.
+
+Either way shapes must match, NaNs sit at the same positions, infinities match in position and
+sign, and integer and bool outputs compare exactly whatever the tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ELEMENT = "element"
+SCALE = "scale"
+RULES = (ELEMENT, SCALE)
+
+#: Upper edges of the absolute-error histogram buckets; the last bucket is ">= 1".
+ERROR_BIN_EDGES = (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+ERROR_BIN_LABELS = ("<1e-7", "<1e-6", "<1e-5", "<1e-4", "<1e-3", "<1e-2", "<0.1", "<1", ">=1")
+
+#: Default (rtol, atol) per context and output dtype. ``export`` is ``verify=True``'s default:
+#: onnxruntime accumulates reductions, matmuls and convolutions in another order than torch CPU,
+#: and its fp16 kernels compute in fp16. ``model`` is the model harness's default, relative to
+#: each output's scale (``SCALE``); ``model_zoo/tolerances.toml`` overrides it per model. Op cases
+#: read theirs, with per-op overrides, from ``conformance/tolerances.toml`` (``load_policy``).
+TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
+    "export": {
+        "float64": (1e-7, 1e-7),
+        "float32": (1e-3, 1e-4),
+        "float16": (1e-2, 1e-2),
+        "bfloat16": (2e-2, 2e-2),
+    },
+    "model": {"float32": (1e-4, 1e-6), "float16": (1e-2, 1e-4)},
+}
+#: ``export``'s tolerance for dtypes not listed (integers and bools compare exactly anyway).
+FALLBACK_TOLERANCE = (1e-3, 1e-4)
+
+#: The harness's short dtype names, as they appear in case ids and data files.
+SHORT_DTYPES = {
+    "f64": "float64",
+    "f32": "float32",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "i64": "int64",
+    "b8": "bool",
+}
+
+
+def default_tolerance(context: str, dtype: str | None) -> tuple[float, float]:
+    """(rtol, atol) for an output ``dtype`` (numpy name or short name; None when unknown) in
+    ``context``."""
+    table = TOLERANCES[context]
+    dtype = SHORT_DTYPES.get(dtype, dtype)
+    if dtype in table:
+        return table[dtype]
+    if context == "export":
+        return FALLBACK_TOLERANCE
+    raise KeyError(f"no default {context} tolerance for dtype {dtype}")
+
+
+def resolve_tolerance(
+    context: str, dtype: str | None, rtol: float | None, atol: float | None
+) -> tuple[float, float]:
+    """The caller's (rtol, atol), each falling back to ``default_tolerance`` when None."""
+    default_rtol, default_atol = default_tolerance(context, dtype)
+    return (default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+
+
+@dataclasses.dataclass
+class ArrayComparison:
+    """One output against its expected array."""
+
+    ok: bool
+    message: str
+    max_abs: float | None = None
+    #: Largest |error| / |expected| over elements whose expected value is non-zero.
+    max_rel: float | None = None
+    #: max_abs / max |expected| (the ``SCALE`` measure), for float outputs.
+    max_rel_scale: float | None = None
+    #: Elements outside the tolerance (non-finite elements that disagree included).
+    mismatched: int = 0
+    total: int = 0
+    #: Counts of |actual - expected| per ERROR_BIN_LABELS bucket (finite elements only), when
+    #: asked for.
+    histogram: list[int] | None = None
+
+
+def compare_arrays(
+    expected: Any,
+    actual: Any,
+    *,
+    rtol: float,
+    atol: float,
+    rule: str = ELEMENT,
+    histogram: bool = False,
+) -> ArrayComparison:
+    """Values of one output (see the module docstring). Dtypes are the caller's business: an
+    integer array against a float one is compared as floats."""
+    want, got = np.asarray(expected), np.asarray(actual)
+    if want.shape != got.shape:
+        return ArrayComparison(
+            False, f"shape {list(got.shape)} != expected {list(want.shape)}", total=want.size
+        )
+    if want.size == 0:
+        return ArrayComparison(True, "empty", 0.0, 0.0, 0.0, total=0)
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    result = ArrayComparison(True, "", total=int(want.size))
+    if histogram:
+        both_finite = np.isfinite(want64) & np.isfinite(got64)
+        result.histogram = _histogram(np.abs(got64[both_finite] - want64[both_finite]))
+    if want.dtype.kind in "biu" and got.dtype.kind in "biu":
+        differ = want64 != got64
+        result.mismatched = int(np.count_nonzero(differ))
+        result.max_abs = float(np.abs(want64 - got64).max())
+        if result.mismatched:
+            result.ok = False
+            result.message = (
+                f"{result.mismatched}/{want.size} elements differ (exact compare), "
+                f"max abs error {result.max_abs:g}"
+            )
+            return result
+        result.max_rel = result.max_rel_scale = 0.0
+        result.message = "equal"
+        return result
+
+    want_nan, got_nan = np.isnan(want64), np.isnan(got64)
+    want_inf, got_inf = np.isinf(want64), np.isinf(got64)
+    # NaN against NaN and equal infinities agree; any other non-finite element does not.
+    agreeing = (want_nan & got_nan) | (want_inf & (want64 == got64))
+
+    def disagreeing() -> int:
+        pair = np.isfinite(want64) & np.isfinite(got64)
+        off = np.abs(got64[pair] - want64[pair]) > atol + rtol * np.abs(want64[pair])
+        return int(np.count_nonzero(~pair & ~agreeing)) + int(np.count_nonzero(off))
+
+    if not np.array_equal(want_nan, got_nan):
+        result.ok, result.mismatched = False, disagreeing()
+        result.message = (
+            f"NaN positions differ ({int(np.count_nonzero(got_nan & ~want_nan))} unexpected NaN, "
+            f"{int(np.count_nonzero(want_nan & ~got_nan))} missing NaN)"
+        )
+        return result
+    if not np.array_equal(want_inf, got_inf) or not np.array_equal(
+        want64[want_inf], got64[want_inf]
+    ):
+        result.ok, result.mismatched = False, disagreeing()
+        result.message = "infinities differ in position or sign"
+        return result
+    finite = np.isfinite(want64)
+    if not finite.any():
+        result.max_abs = result.max_rel = result.max_rel_scale = 0.0
+        result.message = "only NaN/inf, all matching"
+        return result
+    want_f, got_f = want64[finite], got64[finite]
+    diff = np.abs(got_f - want_f)
+    magnitude = np.abs(want_f)
+    result.max_abs = float(diff.max())
+    nonzero = magnitude > 0
+    result.max_rel = float((diff[nonzero] / magnitude[nonzero]).max()) if nonzero.any() else 0.0
+    scale = float(magnitude.max())
+    result.max_rel_scale = result.max_abs / scale if scale > 0 else result.max_abs
+    if rule == SCALE:
+        return _judge_by_scale(result, want_f, got_f, diff, scale, rtol=rtol, atol=atol)
+    if rule != ELEMENT:
+        raise ValueError(f"unknown comparison rule {rule!r}; use one of {RULES}")
+    allowed = atol + rtol * magnitude
+    bad = diff > allowed
+    result.mismatched = int(np.count_nonzero(bad))
+    if result.mismatched:
+        worst = int(np.argmax(diff - allowed))
+        result.ok = False
+        result.message = (
+            f"{result.mismatched}/{want.size} elements exceed rtol={rtol:g} atol={atol:g}; "
+            f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}; "
+            f"worst: expected {want_f[worst]:.6g}, got {got_f[worst]:.6g}"
+        )
+        return result
+    result.message = f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}"
+    return result
+
+
+def _judge_by_scale(result, want_f, got_f, diff, scale, *, rtol, atol) -> ArrayComparison:
+    bound = atol + rtol * scale
+    text = (
+        f"max abs error {result.max_abs:.3g} at scale {scale:.3g} "
+        f"(error/scale {result.max_rel_scale:.3g})"
+    )
+    result.mismatched = int(np.count_nonzero(diff > bound))
+    if result.max_abs > bound:
+        worst = int(np.argmax(diff))
+        result.ok = False
+        result.message = (
+            f"{text} exceeds atol={atol:g} + rtol={rtol:g} x scale; {result.mismatched}"
+            f"/{result.total} elements off; worst: expected {want_f[worst]:.6g}, got "
+            f"{got_f[worst]:.6g}"
+        )
+        return result
+    result.message = text
+    return result
+
+
+def _histogram(diff: np.ndarray) -> list[int]:
+    edges = np.concatenate([[-np.inf], np.asarray(ERROR_BIN_EDGES), [np.inf]])
+    # Right-open buckets: an error exactly 1e-5 counts as "<1e-4".
+    counts = np.histogram(diff, bins=edges)[0] if diff.size else np.zeros(len(edges) - 1)
+    return [int(c) for c in counts]
+
+
+@dataclasses.dataclass
+class Comparison:
+    """All outputs of one run against the expected outputs."""
+
+    ok: bool
+    message: str = ""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_rel_scale: float | None = None
+    #: One line per output, for repro scripts and error messages, and whether it passed.
+    details: list[str] = dataclasses.field(default_factory=list)
+    detail_ok: list[bool] = dataclasses.field(default_factory=list)
+    outputs: list[ArrayComparison] = dataclasses.field(default_factory=list)
+
+    def add_detail(self, ok: bool, line: str) -> None:
+        self.details.append(line)
+        self.detail_ok.append(ok)
+
+
+#: How many output problems a Comparison's message lists before "and N more".
+MAX_LISTED_PROBLEMS = 6
+
+
+def compare_outputs(
+    expected: Sequence[Any],
+    actual: Sequence[Any],
+    *,
+    rtol: float,
+    atol: float,
+    rule: str = ELEMENT,
+    tolerances: Sequence[Sequence[float]] | None = None,
+    shape_only: bool = False,
+    sign_invariant: Sequence[Sequence] = (),
+    declared_shapes: Sequence[Sequence[int | str | None] | None] | None = None,
+) -> Comparison:
+    """Outputs pairwise: count, shapes, dtypes, then values by ``compare_arrays``.
+
+    ``tolerances`` optionally gives (rtol, atol) per output. ``sign_invariant`` aligns eigen and
+    singular vectors first (``align_vector_signs``). ``declared_shapes`` are the ONNX model's
+    declared output shapes: a dimension declared fixed that comes out at another size means the
+    export specialised it (onnxruntime only warns).
+    """
+    if len(expected) != len(actual):
+        return Comparison(
+            False, f"output count differs: eager has {len(expected)}, ONNX has {len(actual)}"
+        )
+    if sign_invariant:
+        actual = align_vector_signs(expected, actual, sign_invariant)
+    problems: list[str] = []
+    result = Comparison(True)
+    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        want, got = np.asarray(want), np.asarray(got)
+        declared = declared_shapes[index] if declared_shapes is not None else None
+        contradicted = _fixed_dims_contradicted(declared, got.shape)
+        if contradicted:
+            problems.append(
+                f"output {index}: the model declares {contradicted} but it came out as "
+                f"{list(got.shape)} (a dimension was specialised at export)"
+            )
+        if want.shape != got.shape:
+            problems.append(
+                f"output {index}: shape {list(got.shape)} != expected {list(want.shape)}"
+            )
+            result.add_detail(False, problems[-1])
+            continue
+        if want.dtype != got.dtype:
+            problems.append(f"output {index}: dtype {got.dtype} != expected {want.dtype}")
+            result.add_detail(False, problems[-1])
+            continue
+        if shape_only or want.size == 0:
+            result.add_detail(True, f"output {index}: {want.dtype}{list(want.shape)}, shape ok")
+            continue
+        r, a = tolerances[index] if tolerances and index < len(tolerances) else (rtol, atol)
+        one = compare_arrays(want, got, rtol=r, atol=a, rule=rule)
+        result.outputs.append(one)
+        result.add_detail(one.ok and not contradicted, f"output {index}: {one.message}")
+        result.max_abs = max_or_none(result.max_abs, one.max_abs)
+        result.max_rel = max_or_none(result.max_rel, one.max_rel)
+        if rule == SCALE:
+            result.max_rel_scale = max_or_none(result.max_rel_scale, one.max_rel_scale)
+        if not one.ok:
+            problems.append(f"output {index}: {one.message}")
+    if problems:
+        result.ok = False
+        result.message = "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (
+            f"; and {len(problems) - MAX_LISTED_PROBLEMS} more"
+            if len(problems) > MAX_LISTED_PROBLEMS
+            else ""
+        )
+    return result
+
+
+def _fixed_dims_contradicted(declared, shape: tuple[int, ...]) -> str:
+    if not declared or len(declared) != len(shape):
+        return ""
+    if all(not isinstance(d, int) or d == s for d, s in zip(declared, shape)):
+        return ""
+    return "[" + ", ".join(str(d) if d is not None else "?" for d in declared) + "]"
+
+
+def max_or_none(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+def align_vector_signs(
+    expected: Sequence[Any], actual: Sequence[Any], spec: Sequence[Sequence]
+) -> list[np.ndarray]:
+    """``actual`` with each eigen/singular vector's sign matched to ``expected``'s.
+
+    Such vectors are defined up to sign, and LAPACK's choice is not a rule another
+    implementation can follow. ``spec`` lists ``[output index, "columns" | "rows"]`` (how the
+    output stores its vectors); the first entry decides each vector's sign from its dot product
+    with the expected vector, and the other entries (U and V of an SVD) flip the same vectors,
+    so that a wrong pairing still fails. Outputs whose shapes differ are left for the comparison
+    to report.
+    """
+    aligned = [np.asarray(a) for a in actual]
+    signs = None
+    for index, layout in spec:
+        if index >= min(len(expected), len(aligned)):
+            return aligned
+        want, got = np.asarray(expected[index]), aligned[index]
+        if want.shape != got.shape or want.ndim < 2 or want.dtype.kind != "f":
+            return aligned
+        # Vectors along the last axis: [..., vector, entry].
+        want_v = want if layout == "rows" else np.swapaxes(want, -1, -2)
+        got_v = got if layout == "rows" else np.swapaxes(got, -1, -2)
+        own = np.where(np.nansum(want_v * got_v, axis=-1) < 0, -1.0, 1.0)
+        if signs is None:
+            signs = own
+        count = min(signs.shape[-1], own.shape[-1])
+        # Vectors beyond the deciding output's count (the completed part of a full U) have no
+        # partner and take their own sign.
+        use = np.concatenate([signs[..., :count], own[..., count:]], axis=-1)
+        flipped = got_v * use[..., None].astype(got.dtype)
+        aligned[index] = flipped if layout == "rows" else np.swapaxes(flipped, -1, -2)
+    return aligned
+
+
+# ----------------------------------------------------------------- op tolerances from data
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    source: str  # "dtype f32" or "override nn.functional.conv2d: <reason>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """The op cases' comparison policy: per-dtype tolerances, per-op overrides, the ops compared
+    on shape and dtype only, and the ops whose eigen/singular vectors compare up to sign."""
+
+    by_dtype: dict[str, tuple[float, float]]
+    overrides: tuple[dict, ...]
+    shape_only_globs: tuple[str, ...]
+    shape_only_reason: str
+    sign_invariant_entries: tuple[dict, ...] = ()
+
+    def tolerance(self, op: str, dtype: str) -> Tolerance:
+        for entry in self.overrides:
+            if fnmatch.fnmatchcase(op, entry["op"]) and entry.get("dtype", dtype) == dtype:
+                return Tolerance(
+                    float(entry["rtol"]),
+                    float(entry["atol"]),
+                    f"override {entry['op']}: {entry.get('reason', '')}".rstrip(": "),
+                )
+        if dtype not in self.by_dtype:
+            raise KeyError(f"the tolerance policy has no [dtype.{dtype}] table")
+        rtol, atol = self.by_dtype[dtype]
+        return Tolerance(rtol, atol, f"dtype {dtype}")
+
+    def is_shape_only(self, op: str) -> bool:
+        return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.shape_only_globs)
+
+    def sign_invariant(self, op: str) -> list[list]:
+        """``align_vector_signs``'s spec for the op, or [] (the first match wins)."""
+        for entry in self.sign_invariant_entries:
+            if fnmatch.fnmatchcase(op, entry["op"]):
+                return [list(item) for item in entry["outputs"]]
+        return []
+
+
+@functools.cache
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy file (format: ``conformance/tolerances.toml``); a clear error when it is
+    unreadable or an entry lacks a field."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read the tolerance policy {path}: {exc}") from exc
+    by_dtype = {}
+    for dtype, table in data.get("dtype", {}).items():
+        try:
+            by_dtype[dtype] = (float(table["rtol"]), float(table["atol"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: [dtype.{dtype}] needs numeric rtol and atol") from exc
+    overrides = tuple(data.get("override", ()))
+    for index, entry in enumerate(overrides):
+        missing = {"op", "rtol", "atol"} - set(entry)
+        if missing:
+            raise ValueError(
+                f"{path}: [[override]] #{index + 1} lacks {', '.join(sorted(missing))}"
+            )
+    sign_invariant = tuple(data.get("sign_invariant", ()))
+    for index, entry in enumerate(sign_invariant):
+        outputs = entry.get("outputs")
+        if (
+            "op" not in entry
+            or not outputs
+            or any(len(item) != 2 or item[1] not in ("columns", "rows") for item in outputs)
+        ):
+            raise ValueError(
+                f"{path}: [[sign_invariant]] #{index + 1} needs op and outputs = "
+                '[[index, "columns" | "rows"], ...]'
+            )
+    shape_only = data.get("shape_only", {})
+    return Policy(
+        by_dtype=by_dtype,
+        overrides=overrides,
+        shape_only_globs=tuple(shape_only.get("ops", ())),
+        shape_only_reason=shape_only.get("reason", "outputs compared on shape and dtype only"),
+        sign_invariant_entries=sign_invariant,
+    )

@@ -1,0 +1,323 @@
+"""One-directory repros: a failing model, its inputs and expected outputs, and a script.
+
+Layout (shared with the conformance harness's repro directories)::
+
+    model.onnx            the ONNX model (plus model.onnx.data for models over 2 GiB)
+    inputs.npz            graph inputs by name
+    expected.npz          reference outputs as output_0, output_1, ...
+    inputs2.npz           optional second input set (the second shape of a dynamic model)
+    expected2.npz         its reference outputs
+    weights.npz           when the export failed: the failing program's weights
+    rerun_export.py       when the export failed: rebuilds that program and re-runs the export
+    case.json             id, provider, rule, rtol/atol, notes; which arrays are bfloat16
+    repro.py              numpy + onnxruntime only: runs the model, compares, exits 1 on mismatch
+    compare.py            the comparison rule repro.py applies (exporter/diagnostics/compare.py)
+
+bfloat16 arrays are stored as uint16 (npz has no bfloat16) and listed in case.json.
+
+Nothing in a repro directory runs code when it is loaded: arrays are npz files read with
+``allow_pickle=False``, and no serialised program is written (a ``.pt2`` archive stores tensors
+in torch's pickle-based format); a failed export carries its program as Python source in
+``rerun_export.py`` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from exporter._record import ExportRecord
+from exporter.diagnostics.compare import resolve_tolerance
+
+if TYPE_CHECKING:
+    from exporter.diagnostics.verify import VerificationResult
+
+MODEL_FILE = "model.onnx"
+CASE_FILE = "case.json"
+SCRIPT_FILE = "repro.py"
+COMPARE_FILE = "compare.py"
+RERUN_FILE = "rerun_export.py"
+WEIGHTS_FILE = "weights.npz"
+#: Models whose serialised size passes this go to an external data file (protobuf's limit is 2 GiB).
+EXTERNAL_DATA_BYTES = 1536 * 1024 * 1024
+
+#: The script and the comparison rule it imports, copied beside every repro's data.
+SCRIPT_SOURCES = {
+    SCRIPT_FILE: Path(__file__).with_name("repro_script.py"),
+    COMPARE_FILE: Path(__file__).with_name("compare.py"),
+}
+
+
+#: Where rerun_export.py's template takes the failing program's code.
+PROGRAM_CODE_MARKER = "# PROGRAM CODE\n"
+
+
+def install_scripts(folder: Path) -> None:
+    """Copy ``repro.py`` and the ``compare.py`` it judges outputs with into ``folder``."""
+    for name, source in SCRIPT_SOURCES.items():
+        shutil.copyfile(source, folder / name)
+
+
+def save_arrays(path: Path, arrays: Mapping[str, np.ndarray], case: dict[str, Any]) -> None:
+    stored = {}
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.name == "bfloat16":
+            case.setdefault("bfloat16", {}).setdefault(path.name, []).append(name)
+            array = array.view(np.uint16)
+        stored[name] = array
+    np.savez(path, **stored)
+
+
+def _named_inputs(
+    inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    input_names: Sequence[str] | None,
+    model_inputs: list[str] | None,
+) -> dict[str, np.ndarray]:
+    if isinstance(inputs, Mapping):
+        return dict(inputs)
+    names = list(input_names or model_inputs or [])
+    if len(names) != len(inputs):
+        raise ValueError(
+            f"write_repro got {len(inputs)} input arrays but {len(names)} input names "
+            f"({names}); pass input_names or a dict {{name: array}}"
+        )
+    return dict(zip(names, inputs))
+
+
+def _write_model(folder: Path, model: Any) -> list[str]:
+    """Writes model.onnx; returns the graph input names."""
+    import onnx
+    import onnx_ir as ir
+
+    path = folder / MODEL_FILE
+    if isinstance(model, bytes):
+        path.write_bytes(model)
+        return [i.name for i in onnx.load_model_from_string(model).graph.input]
+    if isinstance(model, ir.Model):
+        from exporter._program import _initializer_bytes
+
+        if _initializer_bytes(model) > EXTERNAL_DATA_BYTES:
+            ir.save(model, path, external_data=MODEL_FILE + ".data")
+        else:
+            ir.save(model, path)
+        return [v.name for v in model.graph.inputs]
+    if model.ByteSize() > EXTERNAL_DATA_BYTES:
+        onnx.save_model(model, path, save_as_external_data=True, location=MODEL_FILE + ".data")
+    else:
+        onnx.save_model(model, path)
+    return [i.name for i in model.graph.input]
+
+
+def write_repro(
+    folder: str | Path,
+    *,
+    model_proto: Any,
+    inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    expected: Sequence[np.ndarray],
+    rtol: float,
+    atol: float,
+    input_names: Sequence[str] | None = None,
+    inputs2: Sequence[np.ndarray] | Mapping[str, np.ndarray] | None = None,
+    expected2: Sequence[np.ndarray] | None = None,
+    tolerances: Sequence[tuple[float, float]] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    extra_arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    extra_scripts: Mapping[str, str] | None = None,
+) -> Path:
+    """Write a repro directory (layout in the module docstring) and return its path.
+
+    ``model_proto`` is an ``onnx.ModelProto``, an ``onnx_ir.Model``, serialised bytes, or None
+    when the export itself failed. ``inputs`` are arrays in graph-input order (named by
+    ``input_names``, else by the model's inputs) or a dict by name. ``tolerances`` optionally
+    gives (rtol, atol) per output. ``meta`` goes into case.json: ``id``, ``provider``
+    (cpu|cuda|reference), ``ort_optimization`` ("disable_all" to turn onnxruntime's graph
+    optimisations off), ``status``, ``stage``, ``error``, ``note`` and anything else useful.
+    ``extra_arrays`` are more npz files by name, ``extra_scripts`` more files by name and text.
+    An existing repro directory at ``folder`` is replaced; any other non-empty folder is an error.
+    """
+    folder = Path(folder)
+    if folder.exists():
+        if not folder.is_dir():
+            raise FileExistsError(f"cannot write a repro to {folder}: it is a file")
+        if any(folder.iterdir()) and not (folder / CASE_FILE).exists():
+            raise FileExistsError(
+                f"cannot write a repro to {folder}: it holds files that are not a repro; "
+                f"choose an empty or new folder"
+            )
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    case: dict[str, Any] = {
+        "id": "export",
+        "provider": "cpu",
+        "rtol": float(rtol),
+        "atol": float(atol),
+        "shape_only": False,
+    }
+    case.update(meta or {})
+    if tolerances is not None:
+        case["tolerances"] = [[float(r), float(a)] for r, a in tolerances]
+    model_inputs = _write_model(folder, model_proto) if model_proto is not None else None
+    save_arrays(folder / "inputs.npz", _named_inputs(inputs, input_names, model_inputs), case)
+    save_arrays(folder / "expected.npz", {f"output_{i}": o for i, o in enumerate(expected)}, case)
+    if inputs2 is not None and expected2 is not None:
+        save_arrays(folder / "inputs2.npz", _named_inputs(inputs2, input_names, model_inputs), case)
+        save_arrays(
+            folder / "expected2.npz", {f"output_{i}": o for i, o in enumerate(expected2)}, case
+        )
+    for name, arrays in (extra_arrays or {}).items():
+        save_arrays(folder / name, arrays, case)
+    for name, text in (extra_scripts or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    (folder / CASE_FILE).write_text(json.dumps(case, indent=1, default=str), encoding="utf-8")
+    install_scripts(folder)
+    return folder
+
+
+def write_verification_repro(
+    folder: str | Path, program: Any, verification: VerificationResult
+) -> Path:
+    """The repro of a failed ``verify``: the exported model with the runs' inputs and the
+    reference outputs (second-shape inputs too when there were any)."""
+    case = verification.case
+    rtol, atol = verification.rtol, verification.atol
+    runs = verification.runs
+    per_output = None
+    if runs and runs[0].outputs:
+        per_output = [(o.rtol, o.atol) for o in runs[0].outputs]
+    # No one dtype speaks for all outputs: the fallback, as for dtypes the table does not list.
+    rtol, atol = resolve_tolerance("export", None, rtol, atol)
+    problems = verification.problems()
+    meta = {
+        "id": f"export of {getattr(getattr(program, 'record', None), 'model_class', 'model')}",
+        "status": "fail",
+        "stage": _failed_stage(verification),
+        "error": "\n".join(problems),
+        "reference": verification.reference,
+    }
+    if verification.bisection is not None and verification.bisection.first is not None:
+        meta["note"] = verification.bisection.first.describe()
+    return write_repro(
+        folder,
+        model_proto=program.model,
+        inputs=case.feeds,
+        expected=case.expected,
+        rtol=rtol,
+        atol=atol,
+        inputs2=case.feeds2,
+        expected2=case.expected2,
+        tolerances=per_output,
+        meta=meta,
+    )
+
+
+def _failed_stage(verification: VerificationResult) -> str:
+    if verification.ort_load_error:
+        return "ort_load"
+    for run in verification.runs:
+        if run.failed_stage is not None:
+            return run.failed_stage
+    return "second_shape_accuracy" if verification.specialised else "checker"
+
+
+def write_failed_export_repro(
+    folder: str | Path, record: ExportRecord, error: BaseException, *, stage: str
+) -> Path:
+    """The repro of an export that failed before an ONNX model existed: the program it was
+    translating, as Python source in ``rerun_export.py`` with its weights in ``weights.npz``, and
+    that program's example inputs. When the program cannot be written as source (a submodule,
+    a non-tensor input or constant), case.json says why and the inputs are still kept."""
+    from exporter._program import _to_numpy, flatten_inputs
+
+    program = record.exported_program or record.captured_program
+    feeds = _example_feeds(program, flatten_inputs, _to_numpy)
+    meta: dict[str, Any] = {
+        "id": f"export of {record.model_class or 'model'}",
+        "status": "fail",
+        "stage": stage,
+        "error": f"{type(error).__name__}: {error}"[:4000],
+        "input_order": list(feeds),
+    }
+    extra_arrays: dict[str, dict[str, np.ndarray]] = {}
+    extra_scripts: dict[str, str] = {}
+    try:
+        placeholders, weights, code = _program_as_source(program, _to_numpy, len(feeds))
+    except ValueError as exc:
+        meta["note"] = (
+            f"the export failed before an ONNX model existed; {RERUN_FILE} was not written: {exc}"
+        )
+    else:
+        meta["placeholders"] = placeholders
+        meta["rerun"] = f"python {RERUN_FILE} (needs torch and the exporter)"
+        meta["note"] = (
+            f"the export failed before an ONNX model existed; python {RERUN_FILE} rebuilds the "
+            f"program it was translating and re-runs the export"
+        )
+        extra_arrays[WEIGHTS_FILE] = weights
+        template = Path(__file__).with_name("rerun_export_script.py").read_text(encoding="utf-8")
+        extra_scripts[RERUN_FILE] = template.replace(PROGRAM_CODE_MARKER, code.strip() + "\n")
+    return write_repro(
+        folder,
+        model_proto=None,
+        inputs=feeds,
+        expected=[],
+        rtol=0.0,
+        atol=0.0,
+        meta=meta,
+        extra_arrays=extra_arrays,
+        extra_scripts=extra_scripts,
+    )
+
+
+def _example_feeds(program: Any, flatten_inputs: Any, to_numpy: Any) -> dict[str, np.ndarray]:
+    import torch
+    from torch.export import graph_signature as gs
+
+    if program.example_inputs is None:
+        return {}
+    args, kwargs = program.example_inputs
+    names = [
+        s.arg.name
+        for s in program.graph_signature.input_specs
+        if s.kind == gs.InputKind.USER_INPUT and isinstance(s.arg, gs.TensorArgument)
+    ]
+    tensors = [t for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
+    return {
+        names[i] if i < len(names) else f"input_{i}": to_numpy(t) for i, t in enumerate(tensors)
+    }
+
+
+def _program_as_source(
+    program: Any, to_numpy: Any, tensor_inputs: int
+) -> tuple[list[str | None], dict[str, np.ndarray], str]:
+    """(placeholder targets, None for user inputs; weights by target; the graph's Python code).
+    ValueError when the program does not fit that form."""
+    import torch
+    from torch.export import graph_signature as gs
+
+    module = program.graph_module
+    children = [name for name, _ in module.named_children()]
+    if children:
+        raise ValueError(f"the program calls submodules {children} (control flow)")
+    placeholders: list[str | None] = []
+    weights: dict[str, np.ndarray] = {}
+    tables = {**program.state_dict, **program.constants}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == gs.InputKind.USER_INPUT:
+            if not isinstance(spec.arg, gs.TensorArgument):
+                raise ValueError(f"user input {spec.arg} is not a tensor")
+            placeholders.append(None)
+            continue
+        value = tables.get(spec.target)
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{spec.kind.name.lower()} {spec.target} is not a tensor")
+        placeholders.append(spec.target)
+        weights[spec.target] = to_numpy(value.detach())
+    if placeholders.count(None) != tensor_inputs:
+        raise ValueError("the example inputs do not match the program's user inputs")
+    return placeholders, weights, module.code
