@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 import torch
 from torch.utils import _pytree as pytree
 
@@ -81,11 +82,90 @@ def check_op(
 def static_and_dynamic(cases):
     """pytest params from ``(name, fn, args, second_args)`` rows: every case static, and the
     cases with a second shape also dynamic, checked at that shape."""
-    import pytest
-
     params = []
     for name, fn, args, second in cases:
         params.append(pytest.param(fn, args, None, id=f"{name}-static"))
         if second is not None:
             params.append(pytest.param(fn, args, second, id=f"{name}-dynamic"))
     return params
+
+
+DYN = torch.export.Dim.DYNAMIC
+
+
+def dynamic(*tensors: torch.Tensor, dim: Any = DYN) -> tuple:
+    """dynamic_shapes for a check_op call: every dim of size >= 2 of every tensor is ``dim``.
+
+    torch.export specialises sizes 0 and 1 anyway; the specs are nested one level because the
+    Lambda wrapper's forward takes ``*args``.
+    """
+    return (tuple({d: dim for d in range(t.dim()) if t.shape[d] >= 2} for t in tensors),)
+
+
+def dims(*specs: Any) -> tuple:
+    """dynamic_shapes for a check_op call, one spec (dict or None) per tensor."""
+    return (tuple(specs),)
+
+
+def op_types(program: exporter.ONNXProgram) -> list[str]:
+    """The op types of the exported graph's top-level nodes, in order."""
+    return [n.op_type for n in program.model.graph]
+
+
+def case_params(cases: Sequence[tuple]) -> list:
+    """(fn, args, second, shapes) params from (name, fn, args, second) cases: every case static,
+    and dynamic where it has a second input set (exported once, checked at both shapes)."""
+    params = []
+    for name, fn, args, second in cases:
+        params.append(pytest.param(fn, args, None, "static", id=f"{name}-static"))
+        if second is not None:
+            params.append(pytest.param(fn, args, second, "dynamic", id=f"{name}-dynamic"))
+    return params
+
+
+def tensor_maker(
+    *,
+    scale: float = 1.0,
+    low: int = -5,
+    high: int = 5,
+    seed_stride: int | None = None,
+    seed_counts_rank: bool = False,
+    unsigned_headroom: int | None = None,
+) -> Callable[..., torch.Tensor]:
+    """An ``r(*shape, dtype=..., low=..., high=..., seed=...)`` input maker for one test file.
+
+    Each op test file draws its inputs its own way and its tolerances were tuned on those values,
+    so the one maker takes the differences as parameters instead of re-drawing everyone's data:
+    - ``seed_stride=None`` draws from torch's global generator (the file seeds it once at import)
+      directly in the requested dtype;
+    - otherwise every call seeds a private generator with
+      ``seed + seed_stride * sum(shape) (+ len(shape) if seed_counts_rank)``, so a tensor does not
+      depend on which tests ran before it, and draws float32 before casting, so a dtype sweep
+      sees the same values;
+    - floats are standard normal times ``scale``, bools fair coins, integers uniform in
+      ``[low, high)``; with ``unsigned_headroom`` uint8 draws from ``[0, high + headroom)``
+      instead, as its negative half would wrap.
+    """
+
+    def r(
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        low: int = low,
+        high: int = high,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        generator = None
+        if seed_stride is not None:
+            offset = seed_stride * sum(shape) + (len(shape) if seed_counts_rank else 0)
+            generator = torch.Generator().manual_seed(seed + offset)
+        if dtype.is_floating_point:
+            if generator is None:
+                return torch.randn(shape, dtype=dtype) * scale
+            return (torch.randn(shape, generator=generator) * scale).to(dtype)
+        if dtype is torch.bool:
+            return torch.rand(shape, generator=generator) > 0.5
+        if dtype is torch.uint8 and unsigned_headroom is not None:
+            low, high = 0, high + unsigned_headroom
+        return torch.randint(low, high, shape, dtype=dtype, generator=generator)
+
+    return r

@@ -328,11 +328,11 @@ def _errors_section(record: ExportRecord, error: BaseException | None) -> str:
 
 
 # Model libraries (torchvision, transformers) count as user code, as in _errors.user_source_line;
-# the exporter's own machinery and its backends do not.
+# the exporter's own machinery and its backends do not. torch and the exporter are told by their
+# package folders (_errors._LIBRARY_PARTS): a "/exporter/" substring also matched the user's own
+# folders of that name (tests/exporter/ lost every source line).
 _LIBRARY_PATHS = (
-    "/torch/",
-    "/exporter/",
-    "<eval_with_key>",
+    *_errors._LIBRARY_PARTS,
     "/contextlib.py",
     "/onnx/",
     "/onnxruntime/",

@@ -1,0 +1,606 @@
+"""The report builder, checked cell by cell against a fixed, hand-written set of rows.
+
+tests/data/rows_fixture.jsonl holds 38 lines: 22 op rows (one id twice: a failed run, then a
+passing re-run at the end) and 16 model rows, for the exporters ``ours`` and ``torch-dynamo``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from reports import build_reports, normalise_error, read_rows, render_markdown
+from reports.__main__ import main
+from reports.junit import safe_file_stem, unique_file_stems
+from reports.rows import CaseResult
+from reports.signatures import MAX_SIGNATURE_CHARS
+from reports.summary_md import MAX_DIFFERING_CASES, summary_markdown
+
+FIXTURE = Path(__file__).parents[1] / "data" / "rows_fixture.jsonl"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OPS = ("__getitem__", "add", "nn.functional.conv2d", "sum")
+MODELS = ("bert", "fasterrcnn_mobilenet_v3_large_fpn", "lstm_bidir", "resnet18")
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[CaseResult]:
+    return read_rows([FIXTURE])
+
+
+@pytest.fixture(scope="module")
+def markdown(rows) -> dict[str, str]:
+    return render_markdown(rows)
+
+
+@pytest.fixture(scope="module")
+def built(rows, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reports")
+    build_reports(rows, out)
+    return out
+
+
+# --- markdown parsing helpers -------------------------------------------------------------
+
+
+def section(md: str, title: str) -> str:
+    """The text under the heading ``title`` up to the next heading of the same or higher level."""
+    match = re.search(rf"^(#+) {re.escape(title)}$", md, re.MULTILINE)
+    assert match, f"no heading {title!r} in:\n{md}"
+    level = len(match.group(1))
+    rest = md[match.end() :]
+    end = re.search(rf"^#{{1,{level}}} ", rest, re.MULTILINE)
+    return rest[: end.start()] if end else rest
+
+
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def split_cells(line: str) -> list[str]:
+    cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [
+        _CODE_SPAN.sub(lambda m: m.group(2).strip(), c.strip()).replace("\\|", "|") for c in cells
+    ]
+
+
+def tables(md: str) -> list[list[dict[str, str]]]:
+    """Every table in ``md`` as a list of {header: cell} rows."""
+    found, lines = [], md.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
+            headers = split_cells(lines[i])
+            i += 2
+            body = []
+            while i < len(lines) and lines[i].startswith("|"):
+                cells = split_cells(lines[i])
+                assert len(cells) == len(headers), lines[i]
+                body.append(dict(zip(headers, cells, strict=True)))
+                i += 1
+            found.append(body)
+        else:
+            i += 1
+    return found
+
+
+def only_table(md: str) -> list[dict[str, str]]:
+    found = tables(md)
+    assert len(found) == 1, f"expected one table, found {len(found)}"
+    return found[0]
+
+
+def by(table: list[dict[str, str]], *columns: str) -> dict:
+    keyed = {}
+    for row in table:
+        key = tuple(row[c] for c in columns)
+        keyed[key[0] if len(key) == 1 else key] = row
+    return keyed
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+def test_fixture_reads_with_last_row_winning(rows):
+    assert len(rows) == 37  # 38 lines, one id repeated
+    rerun = [r for r in rows if r.id == "op::add::s000::f32::static::opset20::cpu::ours"]
+    assert [r.status for r in rerun] == ["pass"]
+
+
+def test_torn_jsonl_line_is_skipped(tmp_path):
+    torn = tmp_path / "rows.jsonl"
+    torn.write_text(FIXTURE.read_text() + '{"id": "op::add::s009::f32::sta', encoding="utf-8")
+    assert len(read_rows([tmp_path])) == 37
+    out = tmp_path / "out"
+    assert main(["build", str(torn), "--out", str(out), "--no-charts"]) == 0
+    assert "**37 cases**" in (out / "summary.md").read_text()
+
+
+# --- summary.md -----------------------------------------------------------------------------
+
+
+def test_headline_counts_every_status(markdown):
+    first_lines = markdown["summary.md"].split("## ")[0]
+    assert (
+        "**37 cases** · **pass 23/36 (64%)** of those that ran · fail 7 · xfail 2 · xpass 1 · skip 1 · "
+        "crash 1 · timeout 1 · vacuous 1"
+    ) in first_lines
+    assert "21 op cases over 4 ops · 16 model cases over 4 models." in first_lines
+
+
+def test_pass_rate_per_axis(markdown):
+    table = by(only_table(section(markdown["summary.md"], "Pass rate by axis")), "axis", "value")
+    assert table["exporter", "ours"]["pass"] == "14/19 (74%)"
+    assert table["exporter", "torch-dynamo"]["pass"] == "9/17 (53%)"
+    assert table["shapes", "static"]["pass"] == "15/19 (79%)"
+    assert table["shapes", "dynamic"]["pass"] == "8/17 (47%)"
+    assert table["dtype", "f32"]["pass"] == "22/34 (65%)"
+    assert table["dtype", "f16"]["pass"] == "1/2 (50%)"
+    assert table["provider", "cpu"]["pass"] == "23/36 (64%)"
+    assert table["kind", "op"]["pass"] == "12/20 (60%)"
+    assert table["kind", "model"]["vacuous"] == "1"
+    assert table["exporter", "ours"]["crash"] == "1"
+    assert table["exporter", "ours"]["timeout"] == "1"
+    assert table["exporter", "ours"]["xpass"] == "1"
+    assert table["exporter", "torch-dynamo"]["xfail"] == "2"
+
+
+def test_side_by_side_counts_only_cases_every_exporter_ran(markdown):
+    text = section(markdown["summary.md"], "Exporters side by side")
+    shared = by(tables(text)[0], "kind")
+    # sum (ours only) and conv2d f16 (ours only) are left out of the op comparison.
+    assert shared["op"] == {
+        "kind": "op",
+        "shared cases": "9",
+        "skipped": "0",
+        "ours": "6/9 (67%)",
+        "torch-dynamo": "5/9 (56%)",
+    }
+    assert shared["model"]["ours"] == "7/8 (88%)"
+    assert shared["model"]["torch-dynamo"] == "4/8 (50%)"
+
+
+def test_side_by_side_lists_exactly_the_differing_cases(markdown):
+    text = section(markdown["summary.md"], "Exporters side by side")
+    ops = only_table(section(text, "Op cases where the exporters disagree"))
+    assert {row["case"]: (row["ours"], row["torch-dynamo"]) for row in ops} == {
+        "op::add::s000::f16::static::opset20::cpu": ("pass", "fail@compare"),
+        "op::add::s001::f32::dynamic::opset20::cpu": ("pass", "fail@second-shape"),
+        "op::nn.functional.conv2d::s000::f32::dynamic::opset20::cpu": ("fail@compare", "pass"),
+    }
+    assert "`ours` passes, `torch-dynamo` does not: 2" in text
+    assert "`torch-dynamo` passes, `ours` does not: 1" in text
+    models = only_table(section(text, "Model cases where the exporters disagree"))
+    # fasterrcnn dynamic fails with both exporters, so it is no disagreement.
+    assert [row["case"] for row in models] == [
+        "model::synthetic/lstm_bidir::f32::dynamic::opset20::cpu::opt",
+        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::static::opset20::cpu::opt",
+        "model::transformers/bert::f32::dynamic::opset20::cpu::opt",
+    ]
+    assert models[2]["torch-dynamo"] == "vacuous@compare"  # vacuous is never a pass
+
+
+def test_side_by_side_caps_the_list_of_differences():
+    rows = []
+    for sample in range(MAX_DIFFERING_CASES + 7):
+        for exporter, status in (("ours", "pass"), ("torch-dynamo", "fail")):
+            rows.append(
+                CaseResult(
+                    id=f"op::neg::s{sample:03d}::f32::static::opset20::cpu::{exporter}",
+                    kind="op", subject="neg", family="elementwise", dtype="f32",
+                    shapes="static", opset=20, provider="cpu", exporter=exporter,
+                    status=status, stage=None if status == "pass" else "compare",
+                )
+            )  # fmt: skip
+    text = section(summary_markdown(rows), "Op cases where the exporters disagree")
+    assert len(only_table(text)) == MAX_DIFFERING_CASES
+    assert "… and 7 more" in text
+
+
+def test_single_exporter_explains_how_to_compare(rows):
+    ours_only = [r for r in rows if r.exporter == "ours"]
+    text = section(summary_markdown(ours_only), "Exporters side by side")
+    assert "--exporter ours --exporter torch-dynamo" in text
+    assert not tables(text)
+
+
+def test_top_error_signatures_count_per_exporter_stage_and_signature(markdown):
+    table = only_table(section(markdown["summary.md"], "Top error signatures"))
+    counts = {(r["exporter"], r["stage"], r["signature"]): r["count"] for r in table}
+    assert counts == {
+        ("torch-dynamo", "export", "Unsupported: data-dependent index"): "2",
+        (
+            "torch-dynamo",
+            "export",
+            "UserError: Could not guard on data-dependent expression Eq(<SYM>, <N>)",
+        ): "2",
+        ("ours", "compare", "AssertionError: Tensor-likes are not close!"): "1",
+        ("torch-dynamo", "compare", "AssertionError: Tensor-likes are not close!"): "1",
+        ("ours", "export", "Timeout: case exceeded <N> s"): "1",  # derived from the error text
+        ("ours", "run", "Fatal Python error: Segmentation fault"): "1",
+        ("ours", "second-shape", "AssertionError: second shape (<SHAPE>) gave wrong values"): "1",
+        ("torch-dynamo", "compare", "eager output is near-constant (std <N> < <N>)"): "1",
+        ("torch-dynamo", "second-shape", "AssertionError: second shape [<SHAPE>] gave wrong values"): "1",
+        (
+            "torch-dynamo",
+            "second-shape",
+            "RuntimeException: [ONNXRuntimeError] : <N> : RUNTIME_EXCEPTION : Non-zero status code "
+            "returned while running LSTM node. Name:'<NAME>' Status Message: sequence…",
+        ): "1",
+    }  # fmt: skip
+    assert [r["count"] for r in table[:2]] == ["2", "2"]  # most frequent first
+    assert table[0]["statuses"] == "xfail×2"
+
+
+def test_ops_headline_counts_ops_with_every_case_passing(markdown):
+    table = by(only_table(section(markdown["summary.md"], "Ops")), "exporter")
+    assert table["ours"]["ops with every case passing"] == "1/4 (25%)"  # only add
+    assert table["ours"]["op cases passing"] == "7/11 (64%)"
+    assert table["torch-dynamo"]["ops with every case passing"] == "1/3 (33%)"  # only conv2d
+
+
+def test_model_headline_puts_exporters_side_by_side_per_family(markdown):
+    table = only_table(section(markdown["summary.md"], "Models"))
+    assert list(table[0]) == [
+        "family",
+        "ours static",
+        "ours dynamic",
+        "torch-dynamo static",
+        "torch-dynamo dynamic",
+    ]
+    families = by(table, "family")
+    assert families["torchvision"]["ours dynamic"] == "1/2 (50%)"
+    assert families["transformers"]["torch-dynamo dynamic"] == "0/1 (0%)"  # the vacuous bert
+    assert families["**all**"] == {
+        "family": "**all**",
+        "ours static": "4/4 (100%)",
+        "ours dynamic": "3/4 (75%)",
+        "torch-dynamo static": "3/4 (75%)",
+        "torch-dynamo dynamic": "1/4 (25%)",
+    }
+
+
+def test_summary_links_the_other_reports(markdown):
+    summary = markdown["summary.md"]
+    for target in (
+        "(ops.md)",
+        "(models.md)",
+        "(charts/ops_pass_rate.png)",
+        "(charts/models_pass_rate.png)",
+    ):
+        assert target in summary
+
+
+def test_no_model_rows_means_no_model_section(rows):
+    summary = summary_markdown([r for r in rows if r.kind == "op"])
+    assert "## Models" not in summary
+    assert "models.md" not in summary
+
+
+def test_empty_rows_say_so(tmp_path):
+    build_reports([], tmp_path, charts=False)
+    assert "No result rows" in (tmp_path / "summary.md").read_text()
+    assert not list(tmp_path.glob("junit/**/*.xml"))
+
+
+# --- ops.md ---------------------------------------------------------------------------------
+
+
+def test_ops_table_cells(markdown):
+    table = by(only_table(markdown["ops.md"]), "op")
+    assert list(table) == sorted(OPS)
+    add = table["add"]
+    assert add["family"] == "elementwise"
+    assert add["f32 static cpu ours"] == "2/2"
+    assert add["f32 dynamic cpu torch-dynamo"] == "1/2"
+    assert add["f16 static cpu torch-dynamo"] == "0/1"
+    assert add["all"] == "8/10 (80%)"
+    assert add["failing stages"] == "compare×1, second-shape×1"
+    conv = table["nn.functional.conv2d"]
+    assert conv["f16 static cpu ours"] == "0/0"  # a skip did not run: it is in no denominator
+    assert conv["f16 static cpu torch-dynamo"] == ""  # never ran
+    assert conv["all"] == "3/4 (75%)"
+    getitem = table["__getitem__"]
+    assert getitem["all"] == "0/4 (0%)"
+    assert getitem["failing stages"] == "export×3, run×1"
+    assert getitem["top error signature"] == "Unsupported: data-dependent index ×2"
+    assert table["sum"]["f32 dynamic cpu ours"] == "0/1"  # an unexpected pass fails the case
+
+
+def test_ops_table_adds_opset_columns_only_when_opsets_vary(rows):
+    op_rows = [r for r in rows if r.kind == "op"]
+    assert not any("opset" in h for h in only_table(render_markdown(op_rows)["ops.md"])[0])
+    extra = CaseResult(
+        id="op::add::s000::f32::static::opset18::cpu::ours", kind="op", subject="add",
+        family="elementwise", dtype="f32", shapes="static", opset=18, provider="cpu",
+        exporter="ours", status="pass",
+    )  # fmt: skip
+    table = by(only_table(render_markdown([*op_rows, extra])["ops.md"]), "op")
+    assert table["add"]["f32 static cpu ours opset18"] == "1/1"
+    assert table["add"]["f32 static cpu ours opset20"] == "2/2"
+
+
+# --- models.md ------------------------------------------------------------------------------
+
+
+def test_models_table_cells(markdown):
+    table = by(only_table(markdown["models.md"]), "model")
+    assert list(table) == sorted(MODELS)
+    resnet = table["resnet18"]
+    assert resnet["static ours cpu"] == "pass (2e-06)"  # extra.max_rel_scale wins over max_rel
+    assert resnet["static torch-dynamo cpu"] == "pass (4e-06)"  # falls back to max_rel
+    assert resnet["export s (ours)"] == "4"
+    assert resnet["nodes (ours)"] == "50"  # the static export
+    assert resnet["nodes (torch-dynamo)"] == "70"
+    assert resnet["ORT latency ours/torch-dynamo"] == "0.90×"  # median of 10/12.5 and 11/11
+    frcnn = table["fasterrcnn_mobilenet_v3_large_fpn"]
+    assert frcnn["dynamic ours cpu"] == "fail@second-shape (0.5)"
+    assert frcnn["static torch-dynamo cpu"] == "fail@export"
+    assert frcnn["nodes (torch-dynamo)"] == ""
+    assert frcnn["ORT latency ours/torch-dynamo"] == ""  # torch.onnx never ran it
+    assert table["bert"]["dynamic torch-dynamo cpu"] == "vacuous@compare"
+    assert table["bert"]["ORT latency ours/torch-dynamo"] == "1.25×"
+
+
+# --- JUnit ----------------------------------------------------------------------------------
+
+
+def test_junit_has_a_suite_per_op_and_a_case_per_row(built):
+    for op in OPS:
+        assert (built / "junit" / "ops" / f"{op}.xml").is_file()
+    root = ET.parse(built / "junit" / "ops.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
+    assert set(suites) == set(OPS)
+    assert {name: len(s.findall("testcase")) for name, s in suites.items()} == {
+        "__getitem__": 4,
+        "add": 10,
+        "nn.functional.conv2d": 5,
+        "sum": 2,
+    }
+    assert root.attrib["tests"] == "21"
+    assert (root.get("failures"), root.get("errors"), root.get("skipped")) == ("4", "2", "3")
+    getitem = suites["__getitem__"]
+    assert (getitem.get("errors"), getitem.get("skipped"), getitem.get("failures")) == (
+        "2",
+        "2",
+        "0",
+    )
+
+
+def test_junit_outcome_elements_follow_status(built):
+    single = ET.parse(built / "junit" / "ops" / "__getitem__.xml").getroot()
+    assert single.tag == "testsuite"
+    cases = {case.get("name"): case for case in single.findall("testcase")}
+    crash = cases["op::__getitem__::s000::f32::static::opset20::cpu::ours"]
+    assert crash.get("classname") == "__getitem__"
+    assert crash.find("error").get("type") == "crash"
+    assert (
+        cases["op::__getitem__::s000::f32::dynamic::opset20::cpu::ours"].find("error") is not None
+    )
+    xfail = cases["op::__getitem__::s000::f32::static::opset20::cpu::torch-dynamo"].find("skipped")
+    assert "boolean-mask indexing is data-dependent" in xfail.get("message")
+    sum_cases = ET.parse(built / "junit" / "ops" / "sum.xml").getroot().findall("testcase")
+    xpass = next(c for c in sum_cases if "dynamic" in c.get("name"))
+    assert "unexpectedly passed" in xpass.find("failure").get("message")
+    passing = next(c for c in sum_cases if "static" in c.get("name"))
+    assert [child.tag for child in passing] == ["properties"]
+
+
+def test_junit_properties_and_terminal_escapes(built):
+    suite = ET.parse(built / "junit" / "ops" / "nn.functional.conv2d.xml").getroot()
+    case = next(
+        c
+        for c in suite.findall("testcase")
+        if c.get("name").endswith("f32::dynamic::opset20::cpu::ours")
+    )
+    props = {p.get("name"): p.get("value") for p in case.find("properties").findall("property")}
+    for name in ("dtype", "shapes", "opset", "provider", "exporter", "stage", "max_abs", "max_rel",
+                 "export_s", "run_s"):  # fmt: skip
+        assert name in props
+    assert props["shapes"] == "dynamic"
+    assert props["stage"] == "compare"
+    assert props["max_rel"] == "0.3"
+    assert props["run_s"] == "0.05"
+    failure = case.find("failure")
+    assert "Mismatched elements: 40 / 96" in failure.text  # the error text had an ANSI escape
+    assert case.get("time") == "0.950"
+
+
+def test_junit_per_model(built):
+    root = ET.parse(built / "junit" / "models.xml").getroot()
+    assert {s.get("name") for s in root.findall("testsuite")} == set(MODELS)
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("16", "5", "0")
+    bert = ET.parse(built / "junit" / "models" / "bert.xml").getroot()
+    vacuous = next(
+        c
+        for c in bert.findall("testcase")
+        if "dynamic" in c.get("name") and "torch-dynamo" in c.get("name")
+    )
+    assert vacuous.find("failure").get("message").startswith("vacuous")
+    props = {p.get("name"): p.get("value") for p in vacuous.iter("property")}
+    assert props["optimize"] == "True"
+
+
+def test_junit_file_names_are_safe_and_distinct():
+    assert safe_file_stem("torchvision/resnet18") == "torchvision_resnet18"
+    assert safe_file_stem("..") == "_"
+    assert safe_file_stem("__getitem__") == "__getitem__"
+    stems = unique_file_stems(["a/b", "a_b", "A_B", "x y"])
+    assert len(set(stems.values())) == 4
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", stem) for stem in stems.values())
+
+
+def test_rebuild_removes_stale_junit(rows, tmp_path):
+    build_reports(rows, tmp_path, charts=False)
+    build_reports([r for r in rows if r.subject != "sum"], tmp_path, charts=False)
+    assert not (tmp_path / "junit" / "ops" / "sum.xml").exists()
+    assert (tmp_path / "junit" / "ops" / "add.xml").exists()
+
+
+# --- charts, step summary, CLI --------------------------------------------------------------
+
+
+def test_charts_are_png(built):
+    for name in ("ops_pass_rate.png", "models_pass_rate.png"):
+        assert (built / "charts" / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_markdown_does_not_import_matplotlib():
+    code = (
+        "import sys; from reports import read_rows, render_markdown; "
+        f"render_markdown(read_rows([{str(FIXTURE)!r}])); "
+        "sys.exit(1 if 'matplotlib' in sys.modules else 0)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
+
+
+def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
+    target = tmp_path / "step_summary.md"
+    target.write_text("# earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    build_reports(rows, tmp_path / "out", charts=False)
+    content = target.read_text(encoding="utf-8")
+    assert content.startswith("# earlier step\n")
+    appended = content.removeprefix("# earlier step\n")
+    summary = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert appended.startswith("# Conformance summary\n")
+    assert only_table(section(appended, "Ops")) == only_table(section(summary, "Ops"))
+    assert "pass_rate.png" in summary
+    assert "pass_rate.png" not in appended  # relative images do not resolve on GitHub
+
+
+def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    written = build_reports(rows, tmp_path, charts=False)
+    assert {p.name for p in written} >= {"summary.md", "ops.md", "models.md", "ops.xml"}
+
+
+def test_cli_builds_from_a_directory(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "w0.jsonl").write_text(FIXTURE.read_text(), encoding="utf-8")
+    assert main(["build", str(results), "--out", str(tmp_path / "out")]) == 0
+    assert "37 cases, 23 passed" in capsys.readouterr().out
+    assert (tmp_path / "out" / "charts" / "ops_pass_rate.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_cli_names_a_missing_results_path(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "nowhere" in capsys.readouterr().err
+
+
+# --- error signatures -----------------------------------------------------------------------
+
+
+def test_signatures_ignore_numbers_paths_addresses_and_shapes():
+    first = (
+        'Traceback (most recent call last):\n  File "/home/a/run.py", line 12, in <module>\n'
+        "    main()\n"
+        "RuntimeError: shape [2, 3] vs torch.Size([4, 5]) for 'val_12' at 0x7f3a1c in "
+        "/tmp/a/model.onnx after 3 tries"
+    )
+    second = (
+        'Traceback (most recent call last):\n  File "/srv/b/other.py", line 99, in f\n'
+        "    g()\n"
+        "RuntimeError: shape [7, 1, 9] vs torch.Size([1]) for 'val_3' at 0xdeadbeef in "
+        "/var/tmp/x/y/model.onnx after 17 tries"
+    )
+    assert normalise_error(first) == normalise_error(second)
+    assert normalise_error(first) == (
+        "RuntimeError: shape [<SHAPE>] vs torch.Size([<SHAPE>]) for '<NAME>' at <ADDR> in "
+        "<PATH> after <N> tries"
+    )
+
+
+def test_signatures_keep_what_tells_errors_apart():
+    assert normalise_error(ValueError("bad dtype 'float16'")) == "ValueError: bad dtype 'float16'"
+    assert normalise_error(KeyError("x")) != normalise_error(ValueError("x"))
+    assert normalise_error(RuntimeError()) == "RuntimeError"
+    assert normalise_error("\n=====\nSegmentation fault (core dumped)\nmore") == (
+        "Segmentation fault (core dumped)"
+    )
+    qualified = "torch._dynamo.exc.Unsupported: call_function in conv2d_3"
+    assert normalise_error(qualified) == "Unsupported: call_function in conv2d_<N>"
+
+
+def test_signatures_are_capped():
+    signature = normalise_error("ValueError: " + "word " * 100)
+    assert len(signature) <= MAX_SIGNATURE_CHARS
+    assert signature.endswith("…")
+
+
+def test_rows_round_trip_through_json(rows):
+    # The fixture holds only known fields plus extra; to_json/from_dict must keep them intact.
+    for row in rows:
+        assert CaseResult.from_dict(json.loads(row.to_json())) == row
+
+
+def test_side_by_side_leaves_skips_out_and_counts_ops_that_fully_pass():
+    outcomes = {  # (op, sample, shapes): (ours, torch-dynamo)
+        ("neg", 0, "static"): ("pass", "pass"),
+        ("neg", 0, "dynamic"): ("skip", "skip"),
+        ("abs", 0, "static"): ("pass", "fail"),
+        ("abs", 1, "static"): ("pass", "pass"),
+        ("exp", 0, "static"): ("fail", "pass"),
+    }
+    rows = []
+    for (op, sample, shapes), statuses in outcomes.items():
+        for exporter, status in zip(("ours", "torch-dynamo"), statuses):
+            rows.append(
+                CaseResult(
+                    id=f"op::{op}::s{sample:03d}::f32::{shapes}::opset20::cpu::{exporter}",
+                    kind="op", subject=op, family="elementwise", dtype="f32", shapes=shapes,
+                    opset=20, provider="cpu", exporter=exporter, status=status,
+                    stage="compare" if status == "fail" else None,
+                )
+            )  # fmt: skip
+    text = section(summary_markdown(rows), "Exporters side by side")
+    counts, fully = tables(text)[0], tables(text)[1]
+    assert by(counts, "kind")["op"] == {
+        "kind": "op",
+        "shared cases": "5",
+        "skipped": "1",
+        "ours": "3/4 (75%)",
+        "torch-dynamo": "3/4 (75%)",
+    }
+    # ours: neg and abs; torch-dynamo: neg and exp.
+    assert by(fully, "kind")["ops"] == {
+        "kind": "ops",
+        "ours: all cases pass": "2",
+        "torch-dynamo: all cases pass": "2",
+    }
+
+
+def test_summary_gives_each_exporter_static_and_dynamic_per_kind_and_dtype():
+    outcomes = [
+        ("ours", "f32", "static", "pass"),
+        ("ours", "f32", "static", "fail"),
+        ("ours", "f32", "dynamic", "pass"),
+        ("ours", "f32", "dynamic", "skip"),
+        ("ours", "i64", "static", "pass"),
+        ("torch-dynamo", "f32", "static", "fail"),
+    ]
+    rows = [
+        CaseResult(
+            id=f"op::neg::s{i:03d}::{dtype}::{shapes}::opset20::cpu::{exporter}",
+            kind="op", subject="neg", family="elementwise", dtype=dtype, shapes=shapes,
+            opset=20, provider="cpu", exporter=exporter, status=status,
+            stage="compare" if status == "fail" else None,
+        )
+        for i, (exporter, dtype, shapes, status) in enumerate(outcomes)
+    ]  # fmt: skip
+    table = tables(section(summary_markdown(rows), "Pass rate by exporter"))[0]
+    cells = {(row["exporter"], row["dtype"]): (row["static"], row["dynamic"]) for row in table}
+    assert cells == {
+        ("ours", "f32"): ("1/2 (50%)", "1/1 (100%)"),  # the skip judges nothing
+        ("ours", "i64"): ("1/1 (100%)", ""),
+        ("torch-dynamo", "f32"): ("0/1 (0%)", ""),
+    }
