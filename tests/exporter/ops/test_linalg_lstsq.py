@@ -9,14 +9,9 @@ import torch
 
 import exporter
 from exporter.ops import linalg_lstsq
-from tests.op_check import check_op
+from tests.op_check import check_op, dynamic, static_and_dynamic
 
-DYN = torch.export.Dim.AUTO
-
-
-def dynamic(*tensors):
-    """Every dim of size >= 2 dynamic; nested once because the wrapper takes ``*args``."""
-    return (tuple({d: DYN for d in range(t.dim()) if t.shape[d] >= 2} for t in tensors),)
+AUTO = torch.export.Dim.AUTO
 
 
 def conditioned(*shape):
@@ -95,21 +90,12 @@ CASES = [
 ]
 
 
-def _params():
-    params = []
-    for name, fn, args, second in CASES:
-        params.append(pytest.param(fn, args, None, id=f"{name}-static"))
-        if second is not None:
-            params.append(pytest.param(fn, args, second, id=f"{name}-dynamic"))
-    return params
-
-
-@pytest.mark.parametrize(("fn", "args", "second"), _params())
+@pytest.mark.parametrize(("fn", "args", "second"), static_and_dynamic(CASES))
 def test_lstsq_matches_eager(fn, args, second):
     check_op(
         fn,
         args,
-        dynamic_shapes=None if second is None else dynamic(*args),
+        dynamic_shapes=None if second is None else dynamic(*args, dim=AUTO),
         second_args=second,
         rtol=1e-4,
         atol=1e-4,
