@@ -8,7 +8,6 @@ onnxruntime can reduce in, and how to build a Loop or Scan body by hand.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,18 +46,21 @@ def axis(dim: int, rank: int) -> int:
 
 
 # ---------------------------------------------------------------------------------- reduce
-def reduce(ctx: Any, op_type: str, x: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.Value:
+def reduce(
+    ctx: Any, op_type: str, x: ir.Value, axes: Sequence[int] | None, keepdim: bool | int
+) -> ir.Value:
     """``op_type`` (ReduceSum, ReduceMax, ...) over ``axes`` (None: all), axes as the opset wants.
 
-    Axes must be non-negative: onnxruntime ignores negative axes when the input is empty.
+    Axes should be non-negative: onnxruntime ignores negative axes when the input is empty.
     """
     build = getattr(ctx.op, op_type)
     keepdims = int(bool(keepdim))
     if axes is None:
         return build(x, keepdims=keepdims)
+    axes = [int(a) for a in axes]
     if op_type in _AXES_INPUT_SINCE_13 or ctx.has("ReduceMax-axes-input"):
-        return build(x, ctx.const(list(axes), i64), keepdims=keepdims)
-    return build(x, axes=list(axes), keepdims=keepdims)
+        return build(x, ctx.const(axes, i64), keepdims=keepdims)
+    return build(x, axes=axes, keepdims=keepdims)
 
 
 def reduce_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
@@ -186,21 +188,6 @@ def annotate(ctx: Any, value: ir.Value, meta: Any) -> ir.Value:
 
 def nan_of(ctx: Any, dtype: torch.dtype) -> ir.Value:
     return ctx.const(float("nan"), dtype)
-
-
-# ---------------------------------------------------------------------------- multi outputs
-def used_outputs(ctx: Any) -> set[int] | None:
-    """Indices of a multi-output node's results that FX users read; None: all of them."""
-    node = ctx.node
-    if node is None:
-        return None
-    used: set[int] = set()
-    for user in node.users:
-        if user.op == "call_function" and user.target is operator.getitem:
-            used.add(int(user.args[1]))
-        else:
-            return None
-    return used
 
 
 # ------------------------------------------------------------------------------- subgraphs

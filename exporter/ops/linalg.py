@@ -169,8 +169,8 @@ def _matrix_size(ctx, a, rank):
 
 
 def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
-    used = nx.used_outputs(ctx)
-    if used is None or any(i >= first_unsupported for i in used):
+    used = ctx.used_outputs()
+    if any(i >= first_unsupported for i in used):
         raise NotImplementedError(
             f"{op}: only the first {first_unsupported} outputs can be exported (the LU factors "
             f"and pivots have no ONNX equivalent); use torch.linalg.det/slogdet/solve/inv"
@@ -303,8 +303,8 @@ def linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
 @translates(aten._linalg_solve_ex.default)
 def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
     _refuse_unused_factorisation(ctx, "_linalg_solve_ex", 1)
-    used = nx.used_outputs(ctx)
-    result, info = _solve(ctx, A, B, left, used is not None and 3 in used)
+    used = ctx.used_outputs()
+    result, info = _solve(ctx, A, B, left, 3 in used)
     return result, None, None, info
 
 
