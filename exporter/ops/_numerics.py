@@ -1,8 +1,9 @@
-"""Helpers shared by the reduction, sort/search, linalg, FFT and random families.
+"""Helpers shared by the reduction, sort/search, histogram, linalg, FFT and random families.
 
 They answer the questions those translations keep asking: which axes a ``dim`` argument names,
 how to call a Reduce* op at the target opset, how big a dimension is at run time, which dtype
-onnxruntime can reduce in, and how to build a Loop or Scan body by hand.
+onnxruntime can reduce in, which float dtype float-valued results compute in, where a value
+falls among histogram bins, and how to build a Loop or Scan body by hand.
 """
 
 from __future__ import annotations
@@ -328,3 +329,50 @@ def topk(ctx: Any, x: ir.Value, k: Any, ax: int, largest: bool) -> tuple[ir.Valu
     indices.dtype = ir.DataType.INT64
     values = ctx.op.GatherElements(xw, indices, axis=ax)
     return ctx.cast(values, dtype), indices
+
+
+# ----------------------------------------------------------------------------- float work, bins
+def float_work(dtype: torch.dtype) -> torch.dtype:
+    """The float dtype a float-valued reduction (mean, var, norm) computes in."""
+    if dtype in (torch.float16, torch.bfloat16) or not dtype.is_floating_point:
+        return torch.float32
+    return dtype
+
+
+def linspace(ctx, low, high, steps, work):
+    """torch.linspace's values: from both ends towards the middle, so the end is exact."""
+    i = ctx.op.Cast(
+        ctx.op.Range(ctx.const(0, i64), ctx.const(steps, i64), ctx.const(1, i64)),
+        to=_dtypes.to_ir(work),
+    )
+    step = ctx.op.Div(ctx.op.Sub(high, low), ctx.const(max(steps - 1, 1), work))
+    from_start = ctx.op.Add(low, ctx.op.Mul(i, step))
+    from_end = ctx.op.Sub(high, ctx.op.Mul(ctx.op.Sub(ctx.const(steps - 1, work), i), step))
+    return ctx.op.Where(ctx.op.Less(i, ctx.const(steps // 2, work)), from_start, from_end)
+
+
+def bin_index(ctx, x, low, high, bins, edges=None):
+    """torch's histogram bin of each value: linear interpolation, corrected by comparing with
+    the neighbouring ``edges`` when given; values outside [low, high] (and NaN) get ``bins``."""
+    work = ctx.dtype(x)
+    scaled = ctx.op.Div(
+        ctx.op.Mul(ctx.op.Sub(x, low), ctx.const(bins, work)), ctx.op.Sub(high, low)
+    )
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
+    position = ctx.op.Cast(
+        ctx.op.Floor(ctx.op.Where(inside, scaled, ctx.const(0, work))), to=ir.DataType.INT64
+    )
+    if edges is not None:
+        # upper_bound over edges[pos-1 : pos+2], as torch's local search does.
+        start = ctx.op.Max(ctx.op.Sub(position, ctx.const(1, i64)), ctx.const(0, i64))
+        stop = ctx.op.Min(ctx.op.Add(position, ctx.const(2, i64)), ctx.const(bins + 1, i64))
+        found = start
+        for offset in range(3):
+            j = ctx.op.Add(start, ctx.const(offset, i64))
+            edge = ctx.op.Gather(edges, ctx.op.Min(j, ctx.const(bins, i64)), axis=0)
+            counted = ctx.op.And(ctx.op.Less(j, stop), ctx.op.LessOrEqual(edge, x))
+            found = ctx.op.Add(found, ctx.cast(counted, i64))
+        position = ctx.op.Sub(found, ctx.const(1, i64))
+    # The last bin includes its right edge.
+    position = ctx.op.Min(position, ctx.const(bins - 1, i64))
+    return ctx.op.Where(inside, position, ctx.const(bins, i64))

@@ -28,9 +28,9 @@ import torch
 
 from exporter import _flags
 from exporter.ops import _numerics as nx
+from exporter.ops import nn as nn_ops
 from exporter.ops._nn_helpers import compute_dtype
 from exporter.ops._registry import translates
-from exporter.ops.nn import _drop
 
 aten = torch.ops.aten
 i64 = torch.int64
@@ -210,7 +210,7 @@ def _check_supported(name, dropout, num_layers):
 def _between_layers(ctx, x, dropout, train, layer, num_layers):
     """torch applies dropout to every layer's output but the last, in training mode only."""
     if train and dropout > 0 and layer < num_layers - 1:
-        return _drop(ctx, x, float(dropout), ctx.op.Shape(x))[0]
+        return nn_ops.dropout(ctx, x, float(dropout), True)
     return x
 
 
