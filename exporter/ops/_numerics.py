@@ -16,12 +16,10 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _kernels
 
 i64 = torch.int64
 
-#: onnxruntime CPU kernels of the Reduce* family (measured, onnxruntime 1.31).
-_REDUCE_ARITH = frozenset({torch.float32, torch.float64, torch.float16, torch.int32, i64})
-_REDUCE_MINMAX = _REDUCE_ARITH | {torch.int8, torch.uint8}
 #: ReduceSum takes axes as an input since opset 13; the rest only since 18.
 _AXES_INPUT_SINCE_13 = frozenset({"ReduceSum"})
 
@@ -73,7 +71,7 @@ def reduce_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
     if dtype in (torch.float16, torch.bfloat16):
         return torch.float32
     minmax = op_type in ("ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK")
-    supported = _REDUCE_MINMAX if minmax else _REDUCE_ARITH
+    supported = _kernels.SUPPORTED[op_type]
     if dtype in supported:
         return dtype
     if dtype is torch.bool:
