@@ -13,6 +13,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 
 i64, f64 = torch.int64, torch.float64
@@ -115,9 +116,9 @@ def gauss_jordan(
         n = ctx.const(n_static, i64)
     row_ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     batch_shape = ctx.op.Shape(a, start=0, end=rank - 2)
-    det = nx.filled(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
-    sign = nx.filled(ctx, batch_shape, 1.0, work) if track == "logdet" else None
-    info = nx.filled(ctx, batch_shape, 0, torch.int32) if with_info else None
+    det = L.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
+    sign = L.constant_of_shape(ctx, batch_shape, 1.0, work) if track == "logdet" else None
+    info = L.constant_of_shape(ctx, batch_shape, 0, torch.int32) if with_info else None
     states = (a, rhs, det, sign, info)
     dtypes = (work, work, work, work, torch.int32)
     return over_columns(
@@ -240,8 +241,8 @@ def householder(ctx, A):
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     k1 = ctx.op.Reshape(k, ctx.const([1], i64))
     m1 = ctx.op.Reshape(m, ctx.const([1], i64))
-    reflectors = nx.filled(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
-    taus = nx.filled(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
+    reflectors = L.constant_of_shape(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
+    taus = L.constant_of_shape(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
     zero, one = ctx.const(0.0, work), ctx.const(1.0, work)
 
     def step(c, j, states):
@@ -298,7 +299,7 @@ def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
 def eye_like_rows(ctx, x, rank, work):
     """Identity [..., m, m] for the rows of x [..., m, n]."""
     m1 = ctx.op.Shape(x, start=rank - 2, end=rank - 1)
-    square = nx.filled(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
+    square = L.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Concat(ctx.op.Shape(x, start=0, end=rank - 2), m1, m1, axis=0))

@@ -153,16 +153,6 @@ def shape_without(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
 
 
-def filled(ctx: Any, shape: ir.Value, value: Any, dtype: torch.dtype) -> ir.Value:
-    """A tensor of ``shape`` (1-D int64 value) filled with ``value``."""
-    if dtype is torch.bfloat16:
-        return ctx.cast(filled(ctx, shape, value, torch.float32), dtype)
-    tensor = ir.tensor(torch.tensor([value], dtype=dtype).numpy())
-    out = ctx.op.ConstantOfShape(shape, value=tensor)
-    out.dtype = _dtypes.to_ir(dtype)
-    return out
-
-
 def reshaped(ctx: Any, x: ir.Value, shape: Sequence[int]) -> ir.Value:
     """Reshape to a static shape and record it, so rank and size queries work on the result."""
     out = ctx.op.Reshape(x, ctx.const(list(shape), i64))

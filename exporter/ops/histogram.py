@@ -15,6 +15,7 @@ import math
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
@@ -179,7 +180,7 @@ def _accumulate(ctx, indices, insides, bin_counts, weight, work):
         shape = ctx.ints(list(bin_counts))
     flat = ctx.op.Where(inside, flat, total)
     slots = ctx.op.Add(total, ctx.const(1, i64))
-    zeros = nx.filled(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
+    zeros = L.constant_of_shape(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
     if weight is None:
         weight = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(flat))
     else:

@@ -14,6 +14,7 @@ import math
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
@@ -46,7 +47,7 @@ def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
 def _identity_like(ctx, a, work):
     """Identity matrices shaped like ``a`` ([..., n, n])."""
     rank = ctx.rank(a)
-    square = nx.filled(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
+    square = L.constant_of_shape(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Shape(a))
@@ -173,8 +174,8 @@ def _cholesky(ctx, A, upper, with_info):
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     row_ids = ctx.op.Unsqueeze(ids, ctx.const([1], i64))  # [n, 1]
     col_ids = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
-    lower = nx.filled(ctx, ctx.op.Shape(a), 0.0, work)
-    info = nx.filled(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
+    lower = L.constant_of_shape(ctx, ctx.op.Shape(a), 0.0, work)
+    info = L.constant_of_shape(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
     info = info if with_info else None
 
     def step(c, k, states):

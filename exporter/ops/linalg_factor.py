@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
@@ -31,10 +32,10 @@ def _lu(ctx, A, with_info):
     col_ids = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))  # [1, n]
     step_ids = la.index_range(ctx, k)  # [k]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
-    pivots = nx.filled(
+    pivots = L.constant_of_shape(
         ctx, ctx.op.Concat(batch, ctx.op.Reshape(k, ctx.const([1], i64)), axis=0), 0, i32
     )
-    info = nx.filled(ctx, batch, 0, i32) if with_info else None
+    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
     order = ctx.op.Expand(
         ctx.op.Squeeze(row_ids, ctx.const([1], i64)),
         ctx.op.Concat(batch, ctx.op.Reshape(m, ctx.const([1], i64)), axis=0),

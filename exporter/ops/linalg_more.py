@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._fake_kernels import fake_kernels
@@ -248,9 +249,9 @@ def _ldl_factor(ctx, A, with_info):
     cols = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     n1 = ctx.op.Reshape(n, ctx.const([1], i64))
-    pivots = nx.filled(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
-    info = nx.filled(ctx, batch, 0, i32) if with_info else None
-    cursor = nx.filled(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
+    pivots = L.constant_of_shape(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
+    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
+    cursor = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
     alpha = _bunch_kaufman_alpha(work)
 
     def step(c, _, states):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
@@ -36,7 +37,7 @@ def _size(ctx, x, axis):
 
 def _identity(ctx, n):
     """n x n float64 identity (n a 0-d int64 value)."""
-    square = nx.filled(
+    square = L.constant_of_shape(
         ctx, ctx.op.Concat(*[ctx.op.Reshape(n, ctx.const([1], i64))] * 2, axis=0), 0.0, f64
     )
     eye = ctx.op.EyeLike(square)
@@ -243,7 +244,7 @@ def _empty_full_svd(ctx, A):
         n1 = ctx.op.Reshape(n, ctx.const([1], i64))
         return ctx.cast(ctx.op.Expand(square, ctx.op.Concat(batch, n1, n1, axis=0)), dtype)
 
-    sigma = nx.filled(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
+    sigma = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
     return eye(rank - 2), sigma, eye(rank - 1)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
 
@@ -494,7 +495,7 @@ def cumprod(ctx, self, dim, *, dtype=None):
     x = ctx.cast(x, work)
     if ctx.has("CumProd"):  # onnxruntime's kernel covers every scan work dtype
         return ctx.cast(ctx.op.CumProd(x, ctx.const(ax, i64)), out)
-    ones = nx.filled(ctx, nx.shape_without(ctx, self, ax), 1, work)
+    ones = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), 1, work)
 
     def body(sub, states, slices):
         product = sub.op.Mul(states[0], slices[0])
@@ -512,7 +513,7 @@ def logcumsumexp(ctx, self, dim):
         return ctx.op.Identity(x)
     work = nx.float_work(out)
     x = ctx.cast(x, work)
-    start = nx.filled(ctx, nx.shape_without(ctx, self, ax), float("-inf"), work)
+    start = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), float("-inf"), work)
 
     def body(sub, states, slices):
         # log(e^a + e^b) = max + log(1 + e^(min - max)); equal infinities give NaN
@@ -532,7 +533,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
     dtype = ctx.dtype(self)
     ax, x = _scan_ready(ctx, self, dim, dtype)
     if ax is None:
-        zeros = nx.filled(ctx, ctx.op.Shape(x), 0, i64)
+        zeros = L.constant_of_shape(ctx, ctx.op.Shape(x), 0, i64)
         return ctx.op.Identity(x), zeros
     work = _scan_work(dtype)
     x = ctx.cast(x, work)
@@ -559,7 +560,10 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
         new_index = sub.op.Where(better, position, best_index)
         return [new_best, new_index], [new_best, new_index]
 
-    starts = [nx.filled(ctx, rest, start_value, work), nx.filled(ctx, rest, 0, i64)]
+    starts = [
+        L.constant_of_shape(ctx, rest, start_value, work),
+        L.constant_of_shape(ctx, rest, 0, i64),
+    ]
     _, _, values, indices = nx.scan_along(
         ctx,
         [x, positions],
@@ -740,7 +744,7 @@ def _data_range(ctx, x, low, high, widen):
 
 def _bin_totals(ctx, index, bins, weights, work):
     """Sum of ``weights`` (or counts) per bin; index ``bins`` collects what is dropped."""
-    zeros = nx.filled(ctx, ctx.const([bins + 1], i64), 0, work)
+    zeros = L.constant_of_shape(ctx, ctx.const([bins + 1], i64), 0, work)
     if weights is None:
         weights = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     totals = ctx.op.ScatterElements(zeros, index, weights, axis=0, reduction="add")
@@ -767,7 +771,7 @@ def bincount(ctx, self, weights=None, minlength=0):
         ctx.op.Add(largest, ctx.const([1], i64)),
         ctx.op.Reshape(ctx.scalar(minlength, i64), ctx.const([1], i64)),
     )
-    zeros = nx.filled(ctx, length, 0, work)
+    zeros = L.constant_of_shape(ctx, length, 0, work)
     if weights is None:
         updates = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     else:
