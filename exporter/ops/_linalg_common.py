@@ -15,6 +15,7 @@ import torch
 
 from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 
 i64, f64 = torch.int64, torch.float64
 
@@ -151,7 +152,7 @@ def over_columns(ctx, n_static, n, states, dtypes, step, name):
 
     carried = [v for v in states if v is not None]
     carried_dtypes = [d for d, here in zip(dtypes, present) if here]
-    return unpack(nx.loop(ctx, n, carried, body, carried_dtypes, name))
+    return unpack(_subgraph.loop(ctx, n, carried, body, carried_dtypes, name))
 
 
 def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):

@@ -17,6 +17,7 @@ import torch
 from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 from exporter.ops.reduction import vector_norm
 
@@ -418,5 +419,5 @@ def linalg_matrix_exp(ctx, self):
     def square(c, _, states):
         return [c.op.MatMul(states[0], states[0])]
 
-    (result,) = nx.loop(ctx, squarings, [series], square, [f64], "matrix_exp")
+    (result,) = _subgraph.loop(ctx, squarings, [series], square, [f64], "matrix_exp")
     return ctx.cast(result, ctx.out_dtype)

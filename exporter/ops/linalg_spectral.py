@@ -17,6 +17,7 @@ import torch
 from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -140,7 +141,9 @@ def _jacobi(ctx, state, vectors, n, eye, rank, one_sided):
         diagonal = c.op.ReduceSumSquare(c.op.Mul(g, eye), keepdims=0)
         return c.op.Greater(c.op.Sub(total, diagonal), c.op.Mul(total, c.const(1e-30, f64)))
 
-    return nx.loop(ctx, trips, [state, vectors], body, [f64, f64], "jacobi", condition=keep_going)
+    return _subgraph.loop(
+        ctx, trips, [state, vectors], body, [f64, f64], "jacobi", condition=keep_going
+    )
 
 
 def _diagonal(ctx, m, eye, rank):

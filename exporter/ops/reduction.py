@@ -17,6 +17,7 @@ import torch
 
 from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -501,7 +502,7 @@ def cumprod(ctx, self, dim, *, dtype=None):
         product = sub.op.Mul(states[0], slices[0])
         return [product], [product]
 
-    _, stacked = nx.scan_along(ctx, [x], ax, [ones], body, [work], [work], "cumprod")
+    _, stacked = _subgraph.scan_along(ctx, [x], ax, [ones], body, [work], [work], "cumprod")
     return ctx.cast(stacked, out)
 
 
@@ -525,7 +526,7 @@ def logcumsumexp(ctx, self, dim):
         total = sub.op.Add(high, sub.op.Log(sub.op.Add(sub.const(1, work), sub.op.Exp(diff))))
         return [total], [total]
 
-    _, stacked = nx.scan_along(ctx, [x], ax, [start], body, [work], [work], "logcumsumexp")
+    _, stacked = _subgraph.scan_along(ctx, [x], ax, [start], body, [work], [work], "logcumsumexp")
     return ctx.cast(stacked, out)
 
 
@@ -564,7 +565,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
         L.constant_of_shape(ctx, rest, start_value, work),
         L.constant_of_shape(ctx, rest, 0, i64),
     ]
-    _, _, values, indices = nx.scan_along(
+    _, _, values, indices = _subgraph.scan_along(
         ctx,
         [x, positions],
         [ax, 0],
