@@ -1,4 +1,5 @@
-"""Small helpers shared by the neural-network families (nn, matmul, conv_pool, attention).
+"""Small helpers shared by the neural-network families (nn, matmul, conv_pool, attention) and
+the reductions that need a dimension size as a value.
 
 They answer the questions every layer translation asks: which dtype onnxruntime can compute
 in, how big a dimension is (a constant when static, a Shape slice when symbolic).

@@ -97,12 +97,6 @@ def reduce_as(
 
 
 # ---------------------------------------------------------------------------------- sizes
-def dim_size(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
-    """1-D int64 ``[x.shape[ax]]``: a constant when static, else read with Shape."""
-    shape = ctx.shape(x)
-    if shape is not None and isinstance(shape[ax], int):
-        return ctx.const([shape[ax]], i64)
-    return ctx.op.Shape(x, start=ax, end=ax + 1)
 
 
 def static_dim(ctx: Any, x: ir.Value, ax: int) -> int | None:

@@ -18,6 +18,7 @@ from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops import _subgraph
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 from exporter.ops.reduction import vector_norm
 
@@ -377,7 +378,7 @@ def pdist_forward(ctx, self, p=2.0):
         ctx.op.Unsqueeze(x, ctx.const([1], i64)), ctx.op.Unsqueeze(x, ctx.const([0], i64))
     )  # [N, N, M]
     full = _pairwise_p(ctx, diff, p, 2, work)  # [N, N]
-    n = ctx.op.Squeeze(nx.dim_size(ctx, self, 0), ctx.const([0], i64))
+    n = ctx.op.Squeeze(dim_size(ctx, self, 0), ctx.const([0], i64))
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     upper = ctx.op.Less(
         ctx.op.Unsqueeze(ids, ctx.const([1], i64)), ctx.op.Unsqueeze(ids, ctx.const([0], i64))

@@ -18,6 +18,7 @@ import torch
 from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops import _subgraph
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -621,7 +622,7 @@ def _n_along(ctx, x, ax, as_value=False):
     size = nx.static_dim(ctx, x, ax)
     if size is not None:
         return ctx.const(size, i64) if as_value else size
-    return ctx.op.Squeeze(nx.dim_size(ctx, x, ax), ctx.const([0], i64))
+    return ctx.op.Squeeze(dim_size(ctx, x, ax), ctx.const([0], i64))
 
 
 @translates(aten.kthvalue.default)

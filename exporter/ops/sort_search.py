@@ -14,6 +14,7 @@ import torch
 
 from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -25,7 +26,7 @@ _UNIQUE_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int
 
 def _axis_length(ctx, x, ax):
     size = nx.static_dim(ctx, x, ax)
-    return size if size is not None else nx.dim_size(ctx, x, ax)
+    return size if size is not None else dim_size(ctx, x, ax)
 
 
 # ------------------------------------------------------------------------------ topk / sort
