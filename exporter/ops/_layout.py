@@ -253,7 +253,10 @@ def typed_like(outputs: Any, like: ir.Value) -> Any:
 # ----------------------------------------------------------------- dtype cast-around
 def where(ctx, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
     """``Where`` on values of one dtype, cast around the dtypes onnxruntime lacks."""
-    return _kernels.call(ctx, "Where", cond, a, b, _dtype=ctx.dtype(a))
+    dtype = ctx.dtype(a)
+    if dtype is None:  # call() would take the condition's dtype for the data's
+        return ctx.op.Where(cond, a, b)
+    return _kernels.call(ctx, "Where", cond, a, b, _dtype=dtype)
 
 
 def data_op(ctx, kernel: str, op_type: str, x: ir.Value, *rest: Any, **attrs: Any) -> ir.Value:
