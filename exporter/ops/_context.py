@@ -9,6 +9,7 @@ explicit. Special keyword arguments: ``_outputs=N`` (returns a tuple of N values
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 _BOOL_OUT = frozenset(
     "Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf".split()
 )
+#: What ``used_outputs`` answers when any result may be read: every index an ATen op can have.
+EVERY_OUTPUT = frozenset(range(64))
 _INT64_OUT = frozenset("Shape Size ArgMax ArgMin NonZero NonMaxSuppression".split())
 _SAME_AS_SECOND = frozenset(["Where"])
 _NO_PROPAGATION = frozenset(
@@ -89,6 +92,23 @@ class TranslationContext:
     def out(self) -> Any:
         """The FX output metadata (FakeTensor, tuple of them, or SymInt)."""
         return None if self.node is None else self.node.meta.get("val")
+
+    def used_outputs(self) -> frozenset[int]:
+        """Indices of this multi-output node's results that something reads.
+
+        A ``getitem`` whose result nobody reads does not count. When the tuple escapes whole
+        (returned, passed on), or there is no FX node to ask (a hand-built Loop or Scan body),
+        every index counts: computing an output nobody needs is safe, dropping one is not.
+        """
+        if self.node is None:
+            return EVERY_OUTPUT
+        used: set[int] = set()
+        for user in self.node.users:
+            if user.op != "call_function" or user.target is not operator.getitem:
+                return EVERY_OUTPUT
+            if user.users:
+                used.add(int(user.args[1]))
+        return frozenset(used)
 
     @property
     def out_dtype(self) -> torch.dtype | None:

@@ -1,5 +1,8 @@
 """Which dtypes onnxruntime's CPU provider has kernels for, and how to compute around the gaps.
 
+This is the one table of those gaps, for math and data-movement ops alike (``Pad``, ``Trilu``,
+``NonZero``, ``ScatterElements`` per reduction mode, ...).
+
 A graph that uses ``Exp`` on int32 or ``Add`` on bfloat16 is valid ONNX but fails to load in
 onnxruntime's CPU provider ("NOT_IMPLEMENTED: Could not find an implementation"). Translations
 call :func:`call` instead of ``ctx.op.<Op>`` when an input may have such a dtype: it casts the
@@ -27,6 +30,12 @@ _SIGNED = frozenset({i8, i16, i32, i64})
 _UNSIGNED = frozenset({u8, u16, u32, u64})
 _INTS = _SIGNED | _UNSIGNED
 _NUMERIC = _FLOATS | _INTS
+_EVERY = _NUMERIC | {bf16, b8}
+
+
+def _lacking(*dtypes: torch.dtype) -> frozenset[torch.dtype]:
+    return _EVERY - frozenset(dtypes)
+
 
 SUPPORTED: dict[str, frozenset[torch.dtype]] = {
     **dict.fromkeys(
@@ -55,8 +64,21 @@ SUPPORTED: dict[str, frozenset[torch.dtype]] = {
     "Clip": _FLOATS | {i8, i32, i64, u8, u32, u64},
     **dict.fromkeys("BitwiseAnd BitwiseOr BitwiseXor BitwiseNot".split(), _INTS),
     "BitShift": frozenset({u8, u32, u64}),
-    "ReduceProd": _FLOATS | {i32, i64},
+    **dict.fromkeys(
+        "ReduceSum ReduceMean ReduceProd ReduceSumSquare ReduceL1 ReduceL2 ReduceLogSumExp".split(),
+        _FLOATS | {i32, i64},
+    ),
+    **dict.fromkeys("ReduceMax ReduceMin ArgMax ArgMin TopK".split(), _FLOATS | {i8, i32, i64, u8}),
     **dict.fromkeys("And Or Xor Not".split(), frozenset({b8})),
+    # Data movement. A "-mode" suffix names the kernel of one reduction mode of the op.
+    "Trilu": _lacking(i8, i16, u8, bf16),
+    "Pad": _lacking(i16, bf16),
+    **dict.fromkeys("Expand Tile Compress".split(), _lacking(bf16)),
+    "NonZero": _lacking(f64, i8, i16, bf16),
+    **dict.fromkeys(
+        "ScatterElements-add ScatterND-add ScatterElements-mul".split(), _lacking(f16, bf16)
+    ),
+    **dict.fromkeys("ScatterElements-max ScatterElements-min".split(), _lacking(b8, bf16)),
 }
 SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 
@@ -64,10 +86,11 @@ SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 _BOOL_RESULT = frozenset("Equal Less LessOrEqual Greater GreaterOrEqual IsNaN IsInf".split())
 
 
-def kernel_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
-    """``dtype`` when onnxruntime has a kernel for it, else the dtype to compute in instead."""
+def kernel_dtype(op_type: str, dtype: torch.dtype | None) -> torch.dtype | None:
+    """``dtype`` when onnxruntime has a kernel for it (or it is unknown), else the dtype to
+    compute in instead."""
     supported = SUPPORTED.get(op_type)
-    if supported is None or dtype in supported:
+    if dtype is None or supported is None or dtype in supported:
         return dtype
     if dtype.is_floating_point:
         # float64 falls back to float32 only where there is no double kernel at all.
@@ -92,8 +115,8 @@ def call(
     """
     dtype = _dtype if _dtype is not None else ctx.dtype(inputs[0])
     builder = getattr(ctx.op, op_type)
-    want = kernel_dtype(op_type, dtype) if dtype is not None else None
-    if want is None or want == dtype:
+    want = kernel_dtype(op_type, dtype)
+    if want == dtype:
         return builder(*inputs, **attributes)
     # A Where condition stays bool even when the branches are bool too.
     first_data = 1 if op_type == "Where" else 0

@@ -14,6 +14,8 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _kernels
+
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 
@@ -249,56 +251,19 @@ def typed_like(outputs: Any, like: ir.Value) -> Any:
 
 
 # ----------------------------------------------------------------- dtype cast-around
-_BF16 = torch.bfloat16
-_NO_KERNEL: dict[str, frozenset[torch.dtype]] = {
-    # Measured with onnxruntime 1.31's CPU provider: dtypes these data-movement ops lack.
-    "Trilu": frozenset({torch.int8, torch.int16, torch.uint8, _BF16}),
-    "Pad": frozenset({torch.int16, _BF16}),
-    "Expand": frozenset({_BF16}),
-    "Tile": frozenset({_BF16}),
-    "Where": frozenset({torch.int16, torch.bool, _BF16}),
-    "NonZero": frozenset({torch.float64, torch.int8, torch.int16, _BF16}),
-    "Compress": frozenset({_BF16}),
-    "ScatterElements-add": frozenset({torch.float16, _BF16}),
-    "ScatterND-add": frozenset({torch.float16, _BF16}),
-    "ScatterElements-mul": frozenset({torch.float16, _BF16}),
-    "ScatterElements-max": frozenset({torch.bool, _BF16}),
-    "ScatterElements-min": frozenset({torch.bool, _BF16}),
-}
-_STAND_IN = {
-    _BF16: torch.float32,
-    torch.float16: torch.float32,
-    torch.float64: torch.float32,
-    torch.int8: torch.int32,
-    torch.int16: torch.int32,
-    torch.uint8: torch.int32,
-    torch.bool: torch.uint8,
-}
-
-
-def kernel_dtype(kernel: str, dtype: torch.dtype | None) -> torch.dtype | None:
-    """The dtype to run ``kernel`` in so onnxruntime has an implementation (None: as is)."""
-    if dtype is None or dtype not in _NO_KERNEL.get(kernel, ()):
-        return None
-    if kernel == "NonZero" and dtype is torch.float64:
-        return None  # handled by comparing with zero instead; a cast could flush tiny values
-    return _STAND_IN[dtype]
-
-
 def where(ctx, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
     """``Where`` on values of one dtype, cast around the dtypes onnxruntime lacks."""
     dtype = ctx.dtype(a)
-    run = kernel_dtype("Where", dtype)
-    if run is None:
+    if dtype is None:  # call() would take the condition's dtype for the data's
         return ctx.op.Where(cond, a, b)
-    return ctx.cast(ctx.op.Where(cond, ctx.cast(a, run), ctx.cast(b, run)), dtype)
+    return _kernels.call(ctx, "Where", cond, a, b, _dtype=dtype)
 
 
 def data_op(ctx, kernel: str, op_type: str, x: ir.Value, *rest: Any, **attrs: Any) -> ir.Value:
     """``op_type(x, *rest)`` where only ``x`` (and the result) carry the data dtype."""
     dtype = ctx.dtype(x)
-    run = kernel_dtype(kernel, dtype)
+    run = _kernels.kernel_dtype(kernel, dtype)
     builder = getattr(ctx.op, op_type)
-    if run is None:
+    if run == dtype:
         return builder(x, *rest, **attrs)
     return ctx.cast(builder(ctx.cast(x, run), *rest, **attrs), dtype)

@@ -1,13 +1,12 @@
-"""Small helpers shared by the neural-network families (nn, matmul, conv_pool, attention).
+"""Small helpers shared by the neural-network families (nn, matmul, conv_pool, attention) and
+the reductions that need a dimension size as a value.
 
 They answer the questions every layer translation asks: which dtype onnxruntime can compute
-in, how big a dimension is (a constant when static, a Shape slice when symbolic), which outputs
-of a multi-output ATen op anybody reads.
+in, how big a dimension is (a constant when static, a Shape slice when symbolic).
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,21 +30,6 @@ def compute_dtype(dtype: torch.dtype | None, supported: Iterable[torch.dtype]) -
     if torch.int64 in supported:
         return torch.int64
     return torch.float32
-
-
-def used_outputs(ctx: Any) -> set[int]:
-    """Indices of a multi-output node's results that some FX user reads (getitem)."""
-    node = ctx.node
-    if node is None:
-        return set()
-    used: set[int] = set()
-    for user in node.users:
-        if user.op == "call_function" and user.target is operator.getitem:
-            if user.users:
-                used.add(int(user.args[1]))
-        else:
-            return set(range(64))  # the tuple escapes whole (an output): everything counts
-    return used
 
 
 def dim_size(ctx: Any, x: ir.Value, axis: int) -> ir.Value:
@@ -148,20 +132,6 @@ def prod_of_dims(ctx: Any, x: ir.Value, start: int, end: int | None = None) -> i
 def reshape(ctx: Any, x: ir.Value, *parts: Any) -> ir.Value:
     """Reshape to explicit sizes (no -1, zeros mean zero): safe for empty tensors."""
     return ctx.op.Reshape(x, concat_ints(ctx, *parts), allowzero=1)
-
-
-def reduce(
-    ctx: Any, op_type: str, x: ir.Value, axes: Sequence[int] | None, keepdims: int = 1
-) -> ir.Value:
-    """ReduceMean/Max/Min/Prod/L1/L2/LogSumExp over ``axes``: an input from opset 18, an
-    attribute before (ReduceSum has taken an input since 13)."""
-    make = getattr(ctx.op, op_type)
-    if axes is None:
-        return make(x, keepdims=keepdims)
-    axes = [int(a) for a in axes]
-    if op_type == "ReduceSum" or ctx.has("ReduceMax-axes-input"):
-        return make(x, ctx.const(axes, torch.int64), keepdims=keepdims)
-    return make(x, axes=axes, keepdims=keepdims)
 
 
 def static_ints(items: Sequence[Any], what: str) -> list[int]:

@@ -1,27 +1,25 @@
-"""Helpers shared by the reduction, sort/search, linalg, FFT and random families.
+"""Helpers shared by the reduction, sort/search, histogram, linalg, FFT and random families.
 
 They answer the questions those translations keep asking: which axes a ``dim`` argument names,
 how to call a Reduce* op at the target opset, how big a dimension is at run time, which dtype
-onnxruntime can reduce in, and how to build a Loop or Scan body by hand.
+onnxruntime can reduce in, which float dtype float-valued results compute in, and where a value
+falls among histogram bins. Loop and Scan bodies are built with ``_subgraph``.
 """
 
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _kernels
 
 i64 = torch.int64
 
-#: onnxruntime CPU kernels of the Reduce* family (measured, onnxruntime 1.31).
-_REDUCE_ARITH = frozenset({torch.float32, torch.float64, torch.float16, torch.int32, i64})
-_REDUCE_MINMAX = _REDUCE_ARITH | {torch.int8, torch.uint8}
 #: ReduceSum takes axes as an input since opset 13; the rest only since 18.
 _AXES_INPUT_SINCE_13 = frozenset({"ReduceSum"})
 
@@ -47,18 +45,21 @@ def axis(dim: int, rank: int) -> int:
 
 
 # ---------------------------------------------------------------------------------- reduce
-def reduce(ctx: Any, op_type: str, x: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.Value:
+def reduce(
+    ctx: Any, op_type: str, x: ir.Value, axes: Sequence[int] | None, keepdim: bool | int
+) -> ir.Value:
     """``op_type`` (ReduceSum, ReduceMax, ...) over ``axes`` (None: all), axes as the opset wants.
 
-    Axes must be non-negative: onnxruntime ignores negative axes when the input is empty.
+    Axes should be non-negative: onnxruntime ignores negative axes when the input is empty.
     """
     build = getattr(ctx.op, op_type)
     keepdims = int(bool(keepdim))
     if axes is None:
         return build(x, keepdims=keepdims)
+    axes = [int(a) for a in axes]
     if op_type in _AXES_INPUT_SINCE_13 or ctx.has("ReduceMax-axes-input"):
-        return build(x, ctx.const(list(axes), i64), keepdims=keepdims)
-    return build(x, axes=list(axes), keepdims=keepdims)
+        return build(x, ctx.const(axes, i64), keepdims=keepdims)
+    return build(x, axes=axes, keepdims=keepdims)
 
 
 def reduce_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
@@ -70,7 +71,7 @@ def reduce_dtype(op_type: str, dtype: torch.dtype) -> torch.dtype:
     if dtype in (torch.float16, torch.bfloat16):
         return torch.float32
     minmax = op_type in ("ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK")
-    supported = _REDUCE_MINMAX if minmax else _REDUCE_ARITH
+    supported = _kernels.SUPPORTED[op_type]
     if dtype in supported:
         return dtype
     if dtype is torch.bool:
@@ -96,12 +97,6 @@ def reduce_as(
 
 
 # ---------------------------------------------------------------------------------- sizes
-def dim_size(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
-    """1-D int64 ``[x.shape[ax]]``: a constant when static, else read with Shape."""
-    shape = ctx.shape(x)
-    if shape is not None and isinstance(shape[ax], int):
-        return ctx.const([shape[ax]], i64)
-    return ctx.op.Shape(x, start=ax, end=ax + 1)
 
 
 def static_dim(ctx: Any, x: ir.Value, ax: int) -> int | None:
@@ -152,16 +147,6 @@ def shape_without(ctx: Any, x: ir.Value, ax: int) -> ir.Value:
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
 
 
-def filled(ctx: Any, shape: ir.Value, value: Any, dtype: torch.dtype) -> ir.Value:
-    """A tensor of ``shape`` (1-D int64 value) filled with ``value``."""
-    if dtype is torch.bfloat16:
-        return ctx.cast(filled(ctx, shape, value, torch.float32), dtype)
-    tensor = ir.tensor(torch.tensor([value], dtype=dtype).numpy())
-    out = ctx.op.ConstantOfShape(shape, value=tensor)
-    out.dtype = _dtypes.to_ir(dtype)
-    return out
-
-
 def reshaped(ctx: Any, x: ir.Value, shape: Sequence[int]) -> ir.Value:
     """Reshape to a static shape and record it, so rank and size queries work on the result."""
     out = ctx.op.Reshape(x, ctx.const(list(shape), i64))
@@ -186,133 +171,6 @@ def annotate(ctx: Any, value: ir.Value, meta: Any) -> ir.Value:
 
 def nan_of(ctx: Any, dtype: torch.dtype) -> ir.Value:
     return ctx.const(float("nan"), dtype)
-
-
-# ---------------------------------------------------------------------------- multi outputs
-def used_outputs(ctx: Any) -> set[int] | None:
-    """Indices of a multi-output node's results that FX users read; None: all of them."""
-    node = ctx.node
-    if node is None:
-        return None
-    used: set[int] = set()
-    for user in node.users:
-        if user.op == "call_function" and user.target is operator.getitem:
-            used.add(int(user.args[1]))
-        else:
-            return None
-    return used
-
-
-# ------------------------------------------------------------------------------- subgraphs
-class Subgraph:
-    """A hand-built ONNX subgraph (Loop or Scan body) whose nodes come from ``self.ctx.op``.
-
-    Values of the enclosing graph can be used directly inside (ONNX scoping rules); every value
-    made here gets a model-unique name when the body is finished, so nothing shadows.
-    """
-
-    def __init__(self, ctx: Any, name: str) -> None:
-        from exporter._translate import GraphScope
-        from exporter.ops._context import TranslationContext
-
-        self._translator = ctx.scope.translator
-        self.name = self._translator.fresh_name(name)
-        self.graph = ir.Graph(inputs=[], outputs=[], nodes=[], name=self.name)
-        self.ctx = TranslationContext(GraphScope(self._translator, self.graph, ctx.scope), None)
-
-    def input(self, dtype: torch.dtype, shape: Sequence[Any] | None = None) -> ir.Value:
-        value = ir.Value(
-            name=self._translator.fresh_name(f"{self.name}_in"),
-            type=ir.TensorType(_dtypes.to_ir(dtype)),
-            shape=None
-            if shape is None
-            else ir.Shape([d if isinstance(d, int) else None for d in shape]),
-        )
-        self.graph.inputs.append(value)
-        return value
-
-    def finish(self, outputs: Sequence[ir.Value], dtypes: Sequence[torch.dtype]) -> ir.Graph:
-        for out, dtype in zip(outputs, dtypes):
-            out = self.ctx.cast(out, dtype)
-            if out.producer() is None or out.graph is not self.graph or out in self.graph.inputs:
-                out = self.ctx.op.Identity(out)
-            self.graph.outputs.append(out)
-        for node in self.graph:
-            for value in node.outputs:
-                if value.name is None or value.name.startswith("val_"):
-                    value.name = self._translator.fresh_name(f"{self.name}_v")
-        return self.graph
-
-
-def scan_along(
-    ctx: Any,
-    xs: Sequence[ir.Value],
-    axes: int | Sequence[int],
-    states: Sequence[ir.Value],
-    body: Callable[[Any, list[ir.Value], list[ir.Value]], tuple[list[ir.Value], list[ir.Value]]],
-    state_dtypes: Sequence[torch.dtype],
-    out_dtypes: Sequence[torch.dtype],
-    name: str,
-    out_axis: int | None = None,
-) -> tuple[ir.Value, ...]:
-    """An ONNX Scan over ``xs`` (each along its axis): a sequential recurrence, exact like torch's.
-
-    ``body(sub_ctx, states, slices) -> (new_states, per_step_outputs)``; slices have their scan
-    axis removed and the per-step outputs are stacked along ``out_axis`` (default: the first
-    input's axis). Returns the final states followed by the stacked outputs.
-    """
-    axes = [axes] * len(xs) if isinstance(axes, int) else list(axes)
-    out_axis = axes[0] if out_axis is None else out_axis
-    sub = Subgraph(ctx, name)
-    state_in = [sub.input(dt) for dt in state_dtypes]
-    slices = [sub.input(ctx.dtype(x)) for x in xs]
-    new_states, outs = body(sub.ctx, state_in, slices)
-    graph = sub.finish([*new_states, *outs], [*state_dtypes, *out_dtypes])
-    results = ctx.op.Scan(
-        *states,
-        *xs,
-        body=graph,
-        num_scan_inputs=len(xs),
-        scan_input_axes=axes,
-        scan_output_axes=[out_axis] * len(outs),
-        _outputs=len(states) + len(outs),
-    )
-    results = results if isinstance(results, tuple) else (results,)
-    for value, dtype in zip(results, [*state_dtypes, *out_dtypes]):
-        value.dtype = _dtypes.to_ir(dtype)
-    return results
-
-
-def loop(
-    ctx: Any,
-    trip_count: ir.Value,
-    states: Sequence[ir.Value],
-    body: Callable[[Any, ir.Value, list[ir.Value]], list[ir.Value]],
-    state_dtypes: Sequence[torch.dtype],
-    name: str,
-    condition: Callable[[Any, list[ir.Value]], ir.Value] | None = None,
-) -> tuple[ir.Value, ...]:
-    """An ONNX Loop of at most ``trip_count`` (0-d int64) iterations carrying ``states``.
-
-    ``body(sub_ctx, iteration, states) -> new_states``; ``condition(sub_ctx, new_states)``
-    (optional) gives a 0-d bool that ends the loop early when false. Returns the final states.
-    """
-    sub = Subgraph(ctx, name)
-    iteration = sub.input(i64, [])
-    cond_in = sub.input(torch.bool, [])
-    state_in = [sub.input(dt) for dt in state_dtypes]
-    new_states = body(sub.ctx, iteration, state_in)
-    if condition is None:
-        cond_out = sub.ctx.op.Identity(cond_in)
-    else:
-        cond_out = condition(sub.ctx, list(new_states))
-    graph = sub.finish([cond_out, *new_states], [torch.bool, *state_dtypes])
-    keep_going = None if condition is None else ctx.const(True, torch.bool)
-    results = ctx.op.Loop(trip_count, keep_going, *states, body=graph, _outputs=len(states))
-    results = results if isinstance(results, tuple) else (results,)
-    for value, dtype in zip(results, state_dtypes):
-        value.dtype = _dtypes.to_ir(dtype)
-    return results
 
 
 # ---------------------------------------------------------------------------------- sorting
@@ -341,3 +199,50 @@ def topk(ctx: Any, x: ir.Value, k: Any, ax: int, largest: bool) -> tuple[ir.Valu
     indices.dtype = ir.DataType.INT64
     values = ctx.op.GatherElements(xw, indices, axis=ax)
     return ctx.cast(values, dtype), indices
+
+
+# ----------------------------------------------------------------------------- float work, bins
+def float_work(dtype: torch.dtype) -> torch.dtype:
+    """The float dtype a float-valued reduction (mean, var, norm) computes in."""
+    if dtype in (torch.float16, torch.bfloat16) or not dtype.is_floating_point:
+        return torch.float32
+    return dtype
+
+
+def linspace(ctx, low, high, steps, work):
+    """torch.linspace's values: from both ends towards the middle, so the end is exact."""
+    i = ctx.op.Cast(
+        ctx.op.Range(ctx.const(0, i64), ctx.const(steps, i64), ctx.const(1, i64)),
+        to=_dtypes.to_ir(work),
+    )
+    step = ctx.op.Div(ctx.op.Sub(high, low), ctx.const(max(steps - 1, 1), work))
+    from_start = ctx.op.Add(low, ctx.op.Mul(i, step))
+    from_end = ctx.op.Sub(high, ctx.op.Mul(ctx.op.Sub(ctx.const(steps - 1, work), i), step))
+    return ctx.op.Where(ctx.op.Less(i, ctx.const(steps // 2, work)), from_start, from_end)
+
+
+def bin_index(ctx, x, low, high, bins, edges=None):
+    """torch's histogram bin of each value: linear interpolation, corrected by comparing with
+    the neighbouring ``edges`` when given; values outside [low, high] (and NaN) get ``bins``."""
+    work = ctx.dtype(x)
+    scaled = ctx.op.Div(
+        ctx.op.Mul(ctx.op.Sub(x, low), ctx.const(bins, work)), ctx.op.Sub(high, low)
+    )
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
+    position = ctx.op.Cast(
+        ctx.op.Floor(ctx.op.Where(inside, scaled, ctx.const(0, work))), to=ir.DataType.INT64
+    )
+    if edges is not None:
+        # upper_bound over edges[pos-1 : pos+2], as torch's local search does.
+        start = ctx.op.Max(ctx.op.Sub(position, ctx.const(1, i64)), ctx.const(0, i64))
+        stop = ctx.op.Min(ctx.op.Add(position, ctx.const(2, i64)), ctx.const(bins + 1, i64))
+        found = start
+        for offset in range(3):
+            j = ctx.op.Add(start, ctx.const(offset, i64))
+            edge = ctx.op.Gather(edges, ctx.op.Min(j, ctx.const(bins, i64)), axis=0)
+            counted = ctx.op.And(ctx.op.Less(j, stop), ctx.op.LessOrEqual(edge, x))
+            found = ctx.op.Add(found, ctx.cast(counted, i64))
+        position = ctx.op.Sub(found, ctx.const(1, i64))
+    # The last bin includes its right edge.
+    position = ctx.op.Min(position, ctx.const(bins - 1, i64))
+    return ctx.op.Where(inside, position, ctx.const(bins, i64))

@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from exporter.ops._nn_helpers import dim_size, reduce, used_outputs
+from exporter.ops._nn_helpers import dim_size
+from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -197,7 +198,7 @@ def _placeholders(ctx, first: int):
     """Outputs past ``first`` that the kernels return for backward (seeds, offsets, debug
     masks): constants of their recorded shape when used, else None."""
     metas = ctx.out if isinstance(ctx.out, (list, tuple)) else ()
-    used = used_outputs(ctx)
+    used = ctx.used_outputs()
     rest = []
     for i in range(first, len(metas)):
         meta = metas[i]
@@ -213,7 +214,7 @@ def _placeholders(ctx, first: int):
 
 
 def _kernel_outputs(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale):
-    used = used_outputs(ctx)
+    used = ctx.used_outputs()
     if 1 not in used:
         return _sdpa(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale), None
     out, lse, _ = _attention_pattern(
@@ -288,7 +289,7 @@ def sdpa_math(
     scale=None,
     enable_gqa=False,
 ):
-    want_weights = 1 in used_outputs(ctx)
+    want_weights = 1 in ctx.used_outputs()
     out, _, weights = _attention_pattern(
         ctx,
         query,

@@ -28,7 +28,6 @@ from exporter.ops._nn_helpers import (
     dim_size,
     shape_slice,
     static_ints,
-    used_outputs,
 )
 from exporter.ops._registry import translates
 
@@ -44,7 +43,7 @@ def _work(ctx, x, supported=_CONV_DTYPES):
 
 
 def _wanted(ctx, output_mask):
-    used = used_outputs(ctx)
+    used = ctx.used_outputs()
     return [bool(m) or i in used for i, m in enumerate(output_mask)]
 
 

@@ -17,13 +17,12 @@ from exporter.ops._nn_helpers import (
     concat_ints,
     dim_size,
     prod_of_dims,
-    reduce,
     reshape,
     shape_slice,
     static_ints,
     to_work,
-    used_outputs,
 )
+from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -526,7 +525,7 @@ def _adaptive_max(ctx, self, output_size, want_indices):
 
 
 def _adaptive_max_translation(ctx, self, output_size):
-    want = 1 in used_outputs(ctx)
+    want = 1 in ctx.used_outputs()
     values, indices = _adaptive_max(ctx, self, as_int_list(output_size, 1), want)
     return values, indices
 

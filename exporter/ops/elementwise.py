@@ -19,6 +19,7 @@ import torch
 from exporter import _dtypes
 from exporter.ops import _formulas as F
 from exporter.ops import _kernels
+from exporter.ops import _layout as L
 from exporter.ops._kernels import call
 from exporter.ops._opsets import INTRODUCED_IN
 from exporter.ops._registry import translates
@@ -61,9 +62,7 @@ def _full_like(ctx, x: ir.Value, value: Any, dtype: torch.dtype) -> ir.Value:
         value = bool(value)
     else:
         value = int(value)
-    out = ctx.op.ConstantOfShape(shape, value=ir.tensor(torch.tensor([value], dtype=dtype)))
-    out.dtype = _dtypes.to_ir(dtype)
-    return out
+    return L.constant_of_shape(ctx, shape, value, dtype)
 
 
 def _isinf(ctx, x: ir.Value, **attributes: Any) -> ir.Value:

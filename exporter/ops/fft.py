@@ -17,6 +17,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
 
@@ -633,7 +634,7 @@ def istft(
     )
     values = ctx.op.Reshape(frames, ctx.op.Concat(batch, ctx.const([-1], i64), axis=0))
     signal = ctx.op.ScatterElements(
-        nx.filled(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
+        L.constant_of_shape(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
         index,
         values,
         axis=1,
@@ -646,7 +647,7 @@ def istft(
         ctx.const([-1], i64),
     )
     envelope = ctx.op.ScatterElements(
-        nx.filled(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
+        L.constant_of_shape(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
     )
     start = n_fft // 2 if center else 0
     if length is not None:

@@ -15,10 +15,10 @@ import math
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
-from exporter.ops.reduction import _bin_index, _float_work, _linspace
 
 aten = torch.ops.aten
 i64 = torch.int64
@@ -128,8 +128,8 @@ def _outer_edges(ctx, column, points: int | None, low: float | None, high: float
 
 def _counted_bins(ctx, column: ir.Value, bins: int, low, high, work):
     """Edges and (bin index, inside) per point for a bin count, as torch's linear kernel."""
-    edges = _linspace(ctx, low, high, bins + 1, work)
-    index = _bin_index(ctx, column, low, high, bins, edges)
+    edges = nx.linspace(ctx, low, high, bins + 1, work)
+    index = nx.bin_index(ctx, column, low, high, bins, edges)
     inside = ctx.op.Less(index, ctx.const(bins, i64))
     return edges, ctx.op.Where(inside, index, ctx.const(0, i64)), inside
 
@@ -180,7 +180,7 @@ def _accumulate(ctx, indices, insides, bin_counts, weight, work):
         shape = ctx.ints(list(bin_counts))
     flat = ctx.op.Where(inside, flat, total)
     slots = ctx.op.Add(total, ctx.const(1, i64))
-    zeros = nx.filled(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
+    zeros = L.constant_of_shape(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
     if weight is None:
         weight = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(flat))
     else:
@@ -207,7 +207,7 @@ def _density(ctx, hist: ir.Value, edges: list[ir.Value]) -> ir.Value:
 
 def _from_bin_counts(ctx, self, bins, range, weight, density):
     """(hist, edges) in the work dtype for per-dimension bin counts."""
-    work = _float_work(ctx.dtype(self))
+    work = nx.float_work(ctx.dtype(self))
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     points = _point_count(ctx, self, len(bins))
     edges, indices, insides = [], [], []
@@ -226,7 +226,7 @@ def _from_bin_counts(ctx, self, bins, range, weight, density):
 
 def _from_bin_edges(ctx, self, bins, weight, density):
     """hist in the work dtype for explicit per-dimension edges."""
-    work = _float_work(ctx.dtype(self))
+    work = nx.float_work(ctx.dtype(self))
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     edges = [ctx.cast(b, work) for b in bins]
     counts = [_bin_count_of(ctx, e) for e in edges]
@@ -259,14 +259,14 @@ def histogram_edges(ctx, self, bins, *, weight=None, density=False):
 @translates(aten._histogramdd_bin_edges.default)
 def histogramdd_bin_edges(ctx, self, bins, *, range=None, weight=None, density=False):
     out = ctx.dtype(self)
-    work = _float_work(out)
+    work = nx.float_work(out)
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     points = _point_count(ctx, self, len(bins))
     edges = []
     for d, (column, count) in enumerate(zip(columns, bins)):
         given = (range[2 * d], range[2 * d + 1]) if range is not None else (None, None)
         low, high = _outer_edges(ctx, column, points, *given, work)
-        edges.append(ctx.cast(_linspace(ctx, low, high, count + 1, work), out))
+        edges.append(ctx.cast(nx.linspace(ctx, low, high, count + 1, work), out))
     return tuple(edges)
 
 

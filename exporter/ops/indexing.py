@@ -14,6 +14,7 @@ import dataclasses
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _kernels
 from exporter.ops import _layout as L
 from exporter.ops._registry import translates
 
@@ -34,13 +35,12 @@ def scatter_elements(
     """ScatterElements with ``updates`` cast to ``x``'s dtype, computed where ORT has kernels."""
     dtype = ctx.dtype(x)
     updates = ctx.cast(updates, dtype)
-    run = L.kernel_dtype(f"ScatterElements-{reduction}", dtype) if reduction else None
+    run = _kernels.kernel_dtype(f"ScatterElements-{reduction}", dtype) if reduction else dtype
     if dtype is torch.bool and reduction in ("add", "mul"):
         run = torch.int32  # sums and products of 0/1 that the cast back turns into or / and
-    if run is not None:
-        x, updates = ctx.cast(x, run), ctx.cast(updates, run)
+    x, updates = ctx.cast(x, run), ctx.cast(updates, run)
     out = ctx.op.ScatterElements(x, index, updates, axis=axis_, reduction=reduction)
-    return ctx.cast(out, dtype) if run is not None else out
+    return ctx.cast(out, dtype)
 
 
 # ------------------------------------------------------------------ advanced indexing
@@ -224,9 +224,8 @@ def index_put_impl(
         updates = ctx.op.Transpose(updates, perm=[perm.index(i) for i in range(len(perm))])
     front = _moved_front(ctx, x, plan)
     reduction = "add" if accumulate else None
-    run = L.kernel_dtype("ScatterND-add", dtype) if accumulate else None
-    if run is not None:
-        front, updates = ctx.cast(front, run), ctx.cast(updates, run)
+    run = _kernels.kernel_dtype("ScatterND-add", dtype) if accumulate else dtype
+    front, updates = ctx.cast(front, run), ctx.cast(updates, run)
     if accumulate and dtype is torch.bool:
         # torch ORs booleans together; adding as int32 then testing for nonzero does that.
         front, updates = ctx.cast(front, torch.int32), ctx.cast(updates, torch.int32)
@@ -587,8 +586,7 @@ def _nonzero_input(ctx, x: ir.Value) -> ir.Value:
     dtype = ctx.dtype(x)
     if dtype is torch.float64:
         return ctx.op.Not(ctx.op.Equal(x, ctx.const(0, dtype)))
-    run = L.kernel_dtype("NonZero", dtype)
-    return x if run is None else ctx.cast(x, run)
+    return ctx.cast(x, _kernels.kernel_dtype("NonZero", dtype))
 
 
 def nonzero_coords(ctx, x: ir.Value) -> ir.Value:

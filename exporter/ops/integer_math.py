@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -81,7 +81,7 @@ def _euclid(ctx, a: ir.Value, b: ir.Value) -> ir.Value:
         return [sub.op.Where(active, remainder, a), sub.op.Where(active, a, b)]
 
     # The first step runs even when every element is done; masking makes it a no-op.
-    _, result = nx.loop(
+    _, result = _subgraph.loop(
         ctx,
         None,
         [a, b],

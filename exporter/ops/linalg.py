@@ -10,154 +10,23 @@ ONNX Loop over the columns.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
+from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
-from exporter.ops.reduction import _float_work, vector_norm
+from exporter.ops.reduction import vector_norm
 
 aten = torch.ops.aten
 i64 = torch.int64
 
-#: Matrices up to this static size are eliminated with unrolled ops instead of a Loop.
-_UNROLL_MAX = 8
 
-
-# ------------------------------------------------------------------------ Gauss-Jordan core
-class _Elimination:
-    """State and one elimination step, written once for unrolled and Loop-body use.
-
-    ``a`` is [..., n, n]; ``rhs`` (optional) is [..., n, m] and ends as A^-1 @ rhs. The
-    determinant is tracked as sign and product of pivots (``log_abs`` keeps log|pivot| sums
-    instead, for slogdet, which would overflow a plain product).
-    """
-
-    def __init__(self, rank: int, work: torch.dtype, track: str) -> None:
-        self.rank = rank
-        self.row_axis = rank - 2
-        self.col_axis = rank - 1
-        self.work = work
-        self.track = track  # "det", "logdet" or "none"
-
-    def step(self, c, k, row_ids, a, rhs, det, sign, info):
-        """One column: pivot, swap, normalise the pivot row, eliminate the column elsewhere."""
-        ra, ca, work = self.row_axis, self.col_axis, self.work
-        k_row = c.op.Unsqueeze(k, c.const([0], i64)) if _is_value(k) else c.const([k], i64)
-        k_scalar = k if _is_value(k) else c.const(k, i64)
-        column = c.op.Gather(a, k_scalar, axis=ca)  # [..., n] over rows
-        eligible = c.op.GreaterOrEqual(row_ids, k_scalar)
-        magnitude = c.op.Where(eligible, c.op.Abs(column), c.const(-1.0, work))
-        pivot_row = c.op.ArgMax(magnitude, axis=ra, keepdims=1)  # [..., 1]
-        # Row permutation swapping k and the pivot row, per batch element.
-        is_k = c.op.Equal(row_ids, k_scalar)
-        is_pivot = c.op.Equal(row_ids, pivot_row)
-        order = c.op.Where(is_k, pivot_row, c.op.Where(is_pivot, k_scalar, row_ids))
-        order = c.op.Unsqueeze(order, c.const([ca], i64))
-        a = c.op.GatherElements(a, c.op.Expand(order, c.op.Shape(a)), axis=ra)
-        if rhs is not None:
-            rhs = c.op.GatherElements(rhs, c.op.Expand(order, c.op.Shape(rhs)), axis=ra)
-        swapped = c.op.Squeeze(c.op.Not(c.op.Equal(pivot_row, k_scalar)), c.const([ra], i64))
-        pivot_row_values = c.op.Gather(a, k_row, axis=ra)  # [..., 1, n]
-        pivot = c.op.Squeeze(
-            c.op.Gather(pivot_row_values, k_row, axis=ca), c.const([ra, ca], i64)
-        )  # [...]
-        zero = c.const(0.0, work)
-        is_zero = c.op.Equal(pivot, zero)
-        if self.track == "det":
-            det = c.op.Mul(det, pivot)
-            det = c.op.Where(swapped, c.op.Neg(det), det)
-        elif self.track == "logdet":
-            det = c.op.Add(det, c.op.Log(c.op.Abs(pivot)))
-            sign = c.op.Mul(sign, c.op.Sign(pivot))
-            sign = c.op.Where(swapped, c.op.Neg(sign), sign)
-        if info is not None:
-            first = c.op.And(is_zero, c.op.Equal(info, c.const(0, torch.int32)))
-            k_info = c.op.Add(c.cast(k_scalar, torch.int32), c.const(1, torch.int32))
-            info = c.op.Where(first, k_info, info)
-        # A zero pivot leaves the matrix singular; dividing by 1 keeps everything finite.
-        safe = c.op.Where(is_zero, c.const(1.0, work), pivot)
-        safe = c.op.Unsqueeze(safe, c.const([ra, ca], i64))
-        factors = c.op.Gather(a, k_row, axis=ca)  # [..., n, 1]
-        in_row_k = c.op.Unsqueeze(is_k, c.const([1], i64))  # [n, 1], broadcast over batch
-        factors = c.op.Where(in_row_k, zero, factors)
-        a = self._eliminate(c, a, pivot_row_values, safe, factors, in_row_k)
-        if rhs is not None:
-            rhs_row = c.op.Gather(rhs, k_row, axis=ra)
-            rhs = self._eliminate(c, rhs, rhs_row, safe, factors, in_row_k)
-        return a, rhs, det, sign, info
-
-    @staticmethod
-    def _eliminate(c, m, pivot_values, safe, factors, in_row_k):
-        normalised = c.op.Div(pivot_values, safe)
-        m = c.op.Sub(m, c.op.Mul(factors, normalised))
-        return c.op.Where(in_row_k, normalised, m)
-
-
-def _is_value(x: Any) -> bool:
-    return isinstance(x, ir.Value)
-
-
-def _gauss_jordan(
-    ctx, a, rhs, track: str, with_info: bool, rank: int | None = None, n_static: int | None = None
-):
-    """Runs the elimination over every column; returns (a, rhs, det_or_logabs, sign, info).
-
-    ``rank`` and ``n_static`` describe ``a`` when it is not an FX value (a broadcast copy).
-    """
-    if rank is None:
-        rank = ctx.rank(a)
-        n_static = nx.static_dim(ctx, a, rank - 1)
-    work = _float_work(ctx.dtype(a))
-    a = ctx.cast(a, work)
-    rhs = None if rhs is None else ctx.cast(rhs, work)
-    elim = _Elimination(rank, work, track)
-    if n_static is None:
-        n = ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
-    else:
-        n = ctx.const(n_static, i64)
-    row_ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
-    batch_shape = ctx.op.Shape(a, start=0, end=rank - 2)
-    det = nx.filled(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
-    sign = nx.filled(ctx, batch_shape, 1.0, work) if track == "logdet" else None
-    info = nx.filled(ctx, batch_shape, 0, torch.int32) if with_info else None
-    states = (a, rhs, det, sign, info)
-    dtypes = (work, work, work, work, torch.int32)
-    return _over_columns(
-        ctx,
-        n_static,
-        n,
-        states,
-        dtypes,
-        lambda c, k, values: elim.step(c, k, row_ids, *values),
-        "gauss_jordan",
-    )
-
-
-def _over_columns(ctx, n_static, n, states, dtypes, step, name):
-    """Runs ``step(ctx, k, states) -> states`` for k = 0..n-1: unrolled when n is small and
-    static, else as an ONNX Loop. None states stay None and are not carried."""
-    states = tuple(states)
-    if n_static is not None and n_static <= _UNROLL_MAX:
-        for k in range(n_static):
-            states = tuple(step(ctx, k, states))
-        return states
-    present = [v is not None for v in states]
-
-    def unpack(values):
-        it = iter(values)
-        return tuple(next(it) if here else None for here in present)
-
-    def body(c, k, values):
-        return [v for v in step(c, k, unpack(values)) if v is not None]
-
-    carried = [v for v in states if v is not None]
-    carried_dtypes = [d for d, here in zip(dtypes, present) if here]
-    return unpack(nx.loop(ctx, n, carried, body, carried_dtypes, name))
-
-
+# --------------------------------------------------------------------------------- guards
 def _matrix_size(ctx, a, rank):
     """(static n or None, 0-d int64 n) of the last axis of ``a``."""
     n_static = nx.static_dim(ctx, a, rank - 1) if ctx.meta(a) is not None else None
@@ -169,8 +38,8 @@ def _matrix_size(ctx, a, rank):
 
 
 def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
-    used = nx.used_outputs(ctx)
-    if used is None or any(i >= first_unsupported for i in used):
+    used = ctx.used_outputs()
+    if any(i >= first_unsupported for i in used):
         raise NotImplementedError(
             f"{op}: only the first {first_unsupported} outputs can be exported (the LU factors "
             f"and pivots have no ONNX equivalent); use torch.linalg.det/slogdet/solve/inv"
@@ -180,7 +49,7 @@ def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
 def _identity_like(ctx, a, work):
     """Identity matrices shaped like ``a`` ([..., n, n])."""
     rank = ctx.rank(a)
-    square = nx.filled(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
+    square = L.constant_of_shape(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Shape(a))
@@ -188,7 +57,7 @@ def _identity_like(ctx, a, work):
 
 # ----------------------------------------------------------------------------- determinants
 def _det(ctx, a):
-    _, _, det, _, _ = _gauss_jordan(ctx, a, None, "det", False)
+    _, _, det, _, _ = la.gauss_jordan(ctx, a, None, "det", False)
     return ctx.cast(det, ctx.dtype(a))
 
 
@@ -204,7 +73,7 @@ def _linalg_det(ctx, A):
 
 
 def _slogdet(ctx, a):
-    _, _, log_abs, sign, _ = _gauss_jordan(ctx, a, None, "logdet", False)
+    _, _, log_abs, sign, _ = la.gauss_jordan(ctx, a, None, "logdet", False)
     dtype = ctx.dtype(a)
     return ctx.cast(sign, dtype), ctx.cast(log_abs, dtype)
 
@@ -232,9 +101,9 @@ def logdet(ctx, self):
 
 # -------------------------------------------------------------------------------- inverse
 def _inverse(ctx, a, with_info):
-    work = _float_work(ctx.dtype(a))
+    work = nx.float_work(ctx.dtype(a))
     rhs = _identity_like(ctx, ctx.cast(a, work), work)
-    _, inverse, _, _, info = _gauss_jordan(ctx, a, rhs, "none", with_info)
+    _, inverse, _, _, info = la.gauss_jordan(ctx, a, rhs, "none", with_info)
     return ctx.cast(inverse, ctx.dtype(a)), info
 
 
@@ -249,69 +118,30 @@ def linalg_inv_ex(ctx, A, *, check_errors=False):
 
 
 # ---------------------------------------------------------------------------------- solve
-def _solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
-    """X with A X = B (left) or X A = B, batch dims broadcast.
-
-    ``vectors``: apply torch.linalg.solve's rule that a B shaped like A minus its last dim is
-    a batch of vectors. ``matrix`` replaces A's values (a masked or rebuilt A of A's shape).
-    """
-    a_shape, b_shape = ctx.shape(A), ctx.shape(B)
-    a_rank, b_rank = len(a_shape), len(b_shape)
-    # torch treats B as a batch of vectors when it is 1-D or shaped like A without its last dim.
-    vector = vectors and (
-        b_rank == 1 or (b_rank == a_rank - 1 and tuple(b_shape) == tuple(a_shape[:-1]))
-    )
-    work = _float_work(ctx.out_dtype)
-    a = ctx.cast(A if matrix is None else matrix, work)
-    b = ctx.cast(B, work)
-    if vector:
-        b = ctx.op.Unsqueeze(b, ctx.const([b_rank], i64))
-        b_rank += 1
-    if not left:
-        # X A = B is A^T X^T = B^T (a vector B already stands as its own transpose).
-        a = ctx.op.Transpose(a, perm=[*range(a_rank - 2), a_rank - 1, a_rank - 2])
-        if not vector:
-            b = ctx.op.Transpose(b, perm=[*range(b_rank - 2), b_rank - 1, b_rank - 2])
-    # Broadcast the batch dims of A and B against each other.
-    ones = ctx.const([1, 1], i64)
-    a_full = ctx.op.Expand(a, ctx.op.Concat(ctx.op.Shape(b, start=0, end=b_rank - 2), ones, axis=0))
-    b_full = ctx.op.Expand(b, ctx.op.Concat(ctx.op.Shape(a, start=0, end=a_rank - 2), ones, axis=0))
-    rank = max(a_rank, b_rank)
-    info = None
-    n_static = a_shape[-1] if isinstance(a_shape[-1], int) else None
-    if nx.static_count(ctx, B, None) == 0 and not with_info:
-        x = b_full  # nothing to solve for; onnxruntime's GatherElements rejects empty rows
-    else:
-        _, x, _, _, info = _gauss_jordan(ctx, a_full, b_full, "none", with_info, rank, n_static)
-    if not left and not vector:
-        x = ctx.op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
-    if vector:
-        x = ctx.op.Squeeze(x, ctx.const([rank - 1], i64))
-    return ctx.cast(x, ctx.out_dtype), info
 
 
 @translates(aten.linalg_solve.default)
 def linalg_solve(ctx, A, B, *, left=True):
-    return _solve(ctx, A, B, left, False)[0]
+    return la.solve(ctx, A, B, left, False)[0]
 
 
 @translates(aten.linalg_solve_ex.default)
 def linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
-    return _solve(ctx, A, B, left, True)
+    return la.solve(ctx, A, B, left, True)
 
 
 @translates(aten._linalg_solve_ex.default)
 def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
     _refuse_unused_factorisation(ctx, "_linalg_solve_ex", 1)
-    used = nx.used_outputs(ctx)
-    result, info = _solve(ctx, A, B, left, used is not None and 3 in used)
+    used = ctx.used_outputs()
+    result, info = la.solve(ctx, A, B, left, 3 in used)
     return result, None, None, info
 
 
 # --------------------------------------------------------------------- triangular systems
 def _triangle(ctx, A, upper, unitriangular):
     """Only the triangle a triangular solver reads (with a unit diagonal if asked)."""
-    work = _float_work(ctx.dtype(A))
+    work = nx.float_work(ctx.dtype(A))
     a = ctx.op.Trilu(ctx.cast(A, work), upper=int(bool(upper)))
     if unitriangular:
         eye = _identity_like(ctx, A, work)
@@ -322,7 +152,7 @@ def _triangle(ctx, A, upper, unitriangular):
 @translates(aten.linalg_solve_triangular.default)
 def linalg_solve_triangular(ctx, self, B, *, upper, left=True, unitriangular=False):
     matrix = _triangle(ctx, self, upper, unitriangular)
-    return _solve(ctx, self, B, left, False, vectors=False, matrix=matrix)[0]
+    return la.solve(ctx, self, B, left, False, vectors=False, matrix=matrix)[0]
 
 
 @translates(aten.triangular_solve.default)
@@ -331,7 +161,7 @@ def triangular_solve(ctx, self, A, upper=True, transpose=False, unitriangular=Fa
     if transpose:
         rank = ctx.rank(A)
         matrix = ctx.op.Transpose(matrix, perm=[*range(rank - 2), rank - 1, rank - 2])
-    solution = _solve(ctx, A, self, True, False, vectors=False, matrix=matrix)[0]
+    solution = la.solve(ctx, A, self, True, False, vectors=False, matrix=matrix)[0]
     return solution, ctx.op.Identity(A)
 
 
@@ -339,25 +169,25 @@ def triangular_solve(ctx, self, A, upper=True, transpose=False, unitriangular=Fa
 def _cholesky(ctx, A, upper, with_info):
     """Cholesky-Banachiewicz, one column per step: L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j]."""
     rank = ctx.rank(A)
-    work = _float_work(ctx.dtype(A))
+    work = nx.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     ra, ca = rank - 2, rank - 1
     n_static, n = _matrix_size(ctx, A, rank)
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     row_ids = ctx.op.Unsqueeze(ids, ctx.const([1], i64))  # [n, 1]
     col_ids = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
-    lower = nx.filled(ctx, ctx.op.Shape(a), 0.0, work)
-    info = nx.filled(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
+    lower = L.constant_of_shape(ctx, ctx.op.Shape(a), 0.0, work)
+    info = L.constant_of_shape(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
     info = info if with_info else None
 
     def step(c, k, states):
         low, inf = states
-        k_row = c.op.Unsqueeze(k, c.const([0], i64)) if _is_value(k) else c.const([k], i64)
-        k_scalar = k if _is_value(k) else c.const(k, i64)
+        k_row = c.op.Unsqueeze(k, c.const([0], i64)) if la.is_value(k) else c.const([k], i64)
+        k_scalar = k if la.is_value(k) else c.const(k, i64)
         row_k = c.op.Gather(low, k_row, axis=ra)  # [..., 1, n]; entries from column k on are 0
         column = c.op.Sub(
             c.op.Gather(a, k_row, axis=ca),
-            c.op.MatMul(low, c.op.Transpose(row_k, perm=_swap_last(rank))),
+            c.op.MatMul(low, c.op.Transpose(row_k, perm=la.swap_last(rank))),
         )
         pivot = c.op.Gather(column, k_row, axis=ra)  # [..., 1, 1]
         if inf is not None:
@@ -372,16 +202,12 @@ def _cholesky(ctx, A, upper, with_info):
         low = c.op.Where(c.op.Equal(col_ids, k_scalar), column, low)
         return low, inf
 
-    lower, info = _over_columns(
+    lower, info = la.over_columns(
         ctx, n_static, n, (lower, info), (work, torch.int32), step, "cholesky"
     )
     if upper:
-        lower = ctx.op.Transpose(lower, perm=_swap_last(rank))
+        lower = ctx.op.Transpose(lower, perm=la.swap_last(rank))
     return ctx.cast(lower, ctx.dtype(A)), info
-
-
-def _swap_last(rank):
-    return [*range(rank - 2), rank - 1, rank - 2]
 
 
 @translates(aten.linalg_cholesky.default)
@@ -399,22 +225,22 @@ def _from_factor(ctx, factor, upper):
     triangle is read: whatever the other triangle holds is ignored."""
     rank = ctx.rank(factor)
     factor = ctx.op.Trilu(factor, upper=1 if upper else 0)
-    transposed = ctx.op.Transpose(factor, perm=_swap_last(rank))
+    transposed = ctx.op.Transpose(factor, perm=la.swap_last(rank))
     return ctx.op.MatMul(transposed, factor) if upper else ctx.op.MatMul(factor, transposed)
 
 
 @translates(aten.cholesky_solve.default)
 def cholesky_solve(ctx, self, input2, upper=False):
     matrix = _from_factor(ctx, input2, upper)
-    return _solve(ctx, input2, self, True, False, vectors=False, matrix=matrix)[0]
+    return la.solve(ctx, input2, self, True, False, vectors=False, matrix=matrix)[0]
 
 
 @translates(aten.cholesky_inverse.default)
 def cholesky_inverse(ctx, self, upper=False):
-    matrix = _from_factor(ctx, ctx.cast(self, _float_work(ctx.dtype(self))), upper)
-    rhs = _identity_like(ctx, self, _float_work(ctx.dtype(self)))
+    matrix = _from_factor(ctx, ctx.cast(self, nx.float_work(ctx.dtype(self))), upper)
+    rhs = _identity_like(ctx, self, nx.float_work(ctx.dtype(self)))
     rank = ctx.rank(self)
-    _, inverse, _, _, _ = _gauss_jordan(
+    _, inverse, _, _, _ = la.gauss_jordan(
         ctx, matrix, rhs, "none", False, rank, nx.static_dim(ctx, self, rank - 1)
     )
     return ctx.cast(inverse, ctx.out_dtype)
@@ -471,7 +297,7 @@ def linalg_vecdot(ctx, x, y, *, dim=-1):
 
 @translates(aten.dist.default)
 def dist(ctx, self, other, p=2):
-    a, b = ctx.promote(self, other, dtype=_float_work(ctx.out_dtype))
+    a, b = ctx.promote(self, other, dtype=nx.float_work(ctx.out_dtype))
     return vector_norm(ctx, ctx.op.Sub(a, b), p, None, False, ctx.out_dtype)
 
 
@@ -508,7 +334,7 @@ def _uses_matmul(compute_mode, sizes) -> bool:
 @translates(aten._cdist_forward.default)
 def cdist_forward(ctx, x1, x2, p, compute_mode=None):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     a, b = ctx.cast(x1, work), ctx.cast(x2, work)
     rank1, rank2 = ctx.rank(x1), ctx.rank(x2)
     shape1, shape2 = ctx.shape(x1), ctx.shape(x2)
@@ -546,13 +372,13 @@ def cdist(ctx, x1, x2, p=2.0, compute_mode=None):
 @translates(aten._pdist_forward.default, aten.pdist.default)
 def pdist_forward(ctx, self, p=2.0):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = ctx.cast(self, work)
     diff = ctx.op.Sub(
         ctx.op.Unsqueeze(x, ctx.const([1], i64)), ctx.op.Unsqueeze(x, ctx.const([0], i64))
     )  # [N, N, M]
     full = _pairwise_p(ctx, diff, p, 2, work)  # [N, N]
-    n = ctx.op.Squeeze(nx.dim_size(ctx, self, 0), ctx.const([0], i64))
+    n = ctx.op.Squeeze(dim_size(ctx, self, 0), ctx.const([0], i64))
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     upper = ctx.op.Less(
         ctx.op.Unsqueeze(ids, ctx.const([1], i64)), ctx.op.Unsqueeze(ids, ctx.const([0], i64))
@@ -594,5 +420,5 @@ def linalg_matrix_exp(ctx, self):
     def square(c, _, states):
         return [c.op.MatMul(states[0], states[0])]
 
-    (result,) = nx.loop(ctx, squarings, [series], square, [f64], "matrix_exp")
+    (result,) = _subgraph.loop(ctx, squarings, [series], square, [f64], "matrix_exp")
     return ctx.cast(result, ctx.out_dtype)

@@ -4,7 +4,7 @@ lu_unpack, lu_solve) and Householder QR (qr, geqrf, householder_product/orgqr, o
 The LU step is getrf's: the pivot is the first largest magnitude in the column, whole rows
 swap (so the packed multipliers swap too), pivots are 1-based int32 row numbers. Rectangular
 matrices factor over min(m, n) columns. Solves rebuild A = P L U and reuse the Gauss-Jordan
-solver of linalg.py. QR follows geqrf/dlarfg: R's diagonal takes the opposite sign of the
+solver of _linalg_common.py. QR follows geqrf/dlarfg: R's diagonal takes the opposite sign of the
 column's head, so Q and R match torch's (LAPACK's) exactly, not just up to signs.
 """
 
@@ -12,53 +12,30 @@ from __future__ import annotations
 
 import torch
 
+from exporter.ops import _layout as L
+from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._registry import translates
-from exporter.ops.linalg import _is_value, _over_columns, _solve, _swap_last
-from exporter.ops.reduction import _float_work
 
 aten = torch.ops.aten
 i64, i32 = torch.int64, torch.int32
-
-
-def _range(ctx, n):
-    return ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
-
-
-def _sizes(ctx, a, rank):
-    """(m, n, k) of [..., m, n] as 0-d int64 values, plus k = min(m, n) when static."""
-    shape = ctx.shape(a)
-    m_s, n_s = shape[-2], shape[-1]
-    m = (
-        ctx.const(m_s, i64)
-        if isinstance(m_s, int)
-        else ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 2, end=rank - 1), ctx.const([0], i64))
-    )
-    n = (
-        ctx.const(n_s, i64)
-        if isinstance(n_s, int)
-        else ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
-    )
-    k_static = min(m_s, n_s) if isinstance(m_s, int) and isinstance(n_s, int) else None
-    k = ctx.const(k_static, i64) if k_static is not None else ctx.op.Min(m, n)
-    return m, n, k, k_static
 
 
 def _lu(ctx, A, with_info):
     """(LU packed, pivots int32 [..., k], info int32 [...], row order int64 [..., m])."""
     rank = ctx.rank(A)
     ra, ca = rank - 2, rank - 1
-    work = _float_work(ctx.dtype(A))
+    work = nx.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
-    m, n, k, k_static = _sizes(ctx, A, rank)
-    row_ids = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))  # [m, 1]
-    col_ids = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))  # [1, n]
-    step_ids = _range(ctx, k)  # [k]
+    m, n, k, k_static = la.matrix_sizes(ctx, A, rank)
+    row_ids = ctx.op.Unsqueeze(la.index_range(ctx, m), ctx.const([1], i64))  # [m, 1]
+    col_ids = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))  # [1, n]
+    step_ids = la.index_range(ctx, k)  # [k]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
-    pivots = nx.filled(
+    pivots = L.constant_of_shape(
         ctx, ctx.op.Concat(batch, ctx.op.Reshape(k, ctx.const([1], i64)), axis=0), 0, i32
     )
-    info = nx.filled(ctx, batch, 0, i32) if with_info else None
+    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
     order = ctx.op.Expand(
         ctx.op.Squeeze(row_ids, ctx.const([1], i64)),
         ctx.op.Concat(batch, ctx.op.Reshape(m, ctx.const([1], i64)), axis=0),
@@ -66,8 +43,8 @@ def _lu(ctx, A, with_info):
 
     def step(c, j, states):
         lu, piv, inf, rows = states
-        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if _is_value(j) else c.const([j], i64)
-        j_scalar = j if _is_value(j) else c.const(j, i64)
+        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if la.is_value(j) else c.const([j], i64)
+        j_scalar = j if la.is_value(j) else c.const(j, i64)
         column = c.op.Gather(lu, j_row, axis=ca)  # [..., m, 1]
         below = c.op.GreaterOrEqual(row_ids, j_scalar)
         magnitude = c.op.Where(below, c.op.Abs(column), c.const(-1.0, work))
@@ -99,7 +76,7 @@ def _lu(ctx, A, with_info):
         lu = c.op.Where(in_column, multipliers, lu)
         return lu, piv, inf, rows
 
-    lu, pivots, info, order = _over_columns(
+    lu, pivots, info, order = la.over_columns(
         ctx, k_static, k, (a, pivots, info, order), (work, i32, i32, i64), step, "lu"
     )
     return lu, pivots, info, order
@@ -130,9 +107,9 @@ def linalg_lu_factor(ctx, A, *, pivot=True):
 def _unpack(ctx, lu, like, order, dtype):
     """P, L, U from the packed factors (shaped like the FX value ``like``) and the row order."""
     rank = ctx.rank(like)
-    m, n, k, _ = _sizes(ctx, like, rank)
-    rows = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))
-    cols = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))
+    m, n, k, _ = la.matrix_sizes(ctx, like, rank)
+    rows = ctx.op.Unsqueeze(la.index_range(ctx, m), ctx.const([1], i64))
+    cols = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))
     k1 = ctx.op.Reshape(k, ctx.const([1], i64))
     strict_lower = ctx.op.Less(cols, rows)
     lower = ctx.op.Where(strict_lower, lu, ctx.const(0.0, ctx.dtype(lu)))
@@ -154,23 +131,23 @@ def linalg_lu(ctx, A, *, pivot=True):
 
 def _order_from_pivots(ctx, pivots, lu, rank):
     """Row order of P^T A from getrf's pivots: the swaps applied in sequence."""
-    m, _, k, k_static = _sizes(ctx, lu, rank)
-    ids = _range(ctx, m)
+    m, _, k, k_static = la.matrix_sizes(ctx, lu, rank)
+    ids = la.index_range(ctx, m)
     batch = ctx.op.Shape(pivots, start=0, end=rank - 2)
     order = ctx.op.Expand(ids, ctx.op.Concat(batch, ctx.op.Reshape(m, ctx.const([1], i64)), axis=0))
     swaps = ctx.op.Sub(ctx.cast(pivots, i64), ctx.const(1, i64))  # [..., k]
 
     def step(c, j, states):
         (rows,) = states
-        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if _is_value(j) else c.const([j], i64)
-        j_scalar = j if _is_value(j) else c.const(j, i64)
+        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if la.is_value(j) else c.const([j], i64)
+        j_scalar = j if la.is_value(j) else c.const(j, i64)
         p = c.op.Gather(swaps, j_row, axis=rank - 2)  # [..., 1]
         swap = c.op.Where(
             c.op.Equal(ids, j_scalar), p, c.op.Where(c.op.Equal(ids, p), j_scalar, ids)
         )
         return (c.op.GatherElements(rows, swap, axis=rank - 2),)
 
-    (order,) = _over_columns(ctx, k_static, k, (order,), (i64,), step, "lu_pivots")
+    (order,) = la.over_columns(ctx, k_static, k, (order,), (i64,), step, "lu_pivots")
     return order
 
 
@@ -191,7 +168,7 @@ def _rebuilt(ctx, LU, pivots):
     """A = P L U from packed square factors."""
     rank = ctx.rank(LU)
     order = _order_from_pivots(ctx, pivots, LU, rank)
-    p, lower, upper = _unpack(ctx, LU, LU, order, _float_work(ctx.dtype(LU)))
+    p, lower, upper = _unpack(ctx, LU, LU, order, nx.float_work(ctx.dtype(LU)))
     return ctx.op.MatMul(p, ctx.op.MatMul(lower, upper))
 
 
@@ -199,111 +176,32 @@ def _rebuilt(ctx, LU, pivots):
 def linalg_lu_solve(ctx, LU, pivots, B, *, left=True, adjoint=False):
     matrix = _rebuilt(ctx, LU, pivots)
     if adjoint:
-        matrix = ctx.op.Transpose(matrix, perm=_swap_last(ctx.rank(LU)))
-    return _solve(ctx, LU, B, left, False, vectors=False, matrix=matrix)[0]
+        matrix = ctx.op.Transpose(matrix, perm=la.swap_last(ctx.rank(LU)))
+    return la.solve(ctx, LU, B, left, False, vectors=False, matrix=matrix)[0]
 
 
 @translates(aten.lu_solve.default)
 def lu_solve(ctx, self, LU_data, LU_pivots):
     matrix = _rebuilt(ctx, LU_data, LU_pivots)
-    return _solve(ctx, LU_data, self, True, False, vectors=False, matrix=matrix)[0]
+    return la.solve(ctx, LU_data, self, True, False, vectors=False, matrix=matrix)[0]
 
 
 # --------------------------------------------------------------------------------------- QR
-def _householder(ctx, A):
-    """geqrf's Householder QR: (R [..., m, n], reflectors V [..., m, k] with unit heads, tau).
-
-    LAPACK's dlarfg picks beta = -sign(alpha) * |x|, so R's diagonal has the opposite sign of
-    the pivot entry, and a column already zero below the diagonal gets tau = 0.
-    """
-    rank = ctx.rank(A)
-    ra, ca = rank - 2, rank - 1
-    work = _float_work(ctx.dtype(A))
-    a = ctx.cast(A, work)
-    m, n, k, k_static = _sizes(ctx, A, rank)
-    rows = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))  # [m, 1]
-    cols = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))  # [1, n]
-    slots = _range(ctx, k)
-    batch = ctx.op.Shape(a, start=0, end=rank - 2)
-    k1 = ctx.op.Reshape(k, ctx.const([1], i64))
-    m1 = ctx.op.Reshape(m, ctx.const([1], i64))
-    reflectors = nx.filled(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
-    taus = nx.filled(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
-    zero, one = ctx.const(0.0, work), ctx.const(1.0, work)
-
-    def step(c, j, states):
-        r, vs, ts = states
-        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if _is_value(j) else c.const([j], i64)
-        j_scalar = j if _is_value(j) else c.const(j, i64)
-        column = c.op.Gather(r, j_row, axis=ca)  # [..., m, 1]
-        below = c.op.Greater(rows, j_scalar)
-        tail = c.op.Where(below, column, zero)
-        alpha = c.op.Gather(column, j_row, axis=ra)  # [..., 1, 1]
-        tail_sq = nx.reduce(c, "ReduceSumSquare", tail, [ra], True)
-        norm = c.op.Sqrt(c.op.Add(c.op.Mul(alpha, alpha), tail_sq))
-        negative = c.op.Less(alpha, zero)
-        beta = c.op.Where(negative, norm, c.op.Neg(norm))
-        reflect = c.op.Greater(tail_sq, zero)
-        safe_beta = c.op.Where(reflect, beta, one)
-        tau = c.op.Where(reflect, c.op.Div(c.op.Sub(beta, alpha), safe_beta), zero)
-        scale = c.op.Where(reflect, c.op.Sub(alpha, beta), one)
-        v = c.op.Where(
-            below, c.op.Div(tail, scale), c.op.Where(c.op.Equal(rows, j_scalar), one, zero)
-        )  # [..., m, 1]
-        # R <- (I - tau v v^T) R, then the exact zeros and beta that dlarfg defines.
-        projection = c.op.MatMul(c.op.Transpose(v, perm=_swap_last(rank)), r)  # [..., 1, n]
-        r = c.op.Sub(r, c.op.Mul(c.op.Mul(tau, v), projection))
-        in_column = c.op.Equal(cols, j_scalar)
-        new_diagonal = c.op.Where(reflect, beta, alpha)
-        r = c.op.Where(c.op.And(below, in_column), zero, r)
-        r = c.op.Where(c.op.And(c.op.Equal(rows, j_scalar), in_column), new_diagonal, r)
-        slot = c.op.Equal(slots, j_scalar)  # [k]
-        vs = c.op.Where(slot, v, vs)
-        ts = c.op.Where(slot, c.op.Squeeze(tau, c.const([ca], i64)), ts)
-        return r, vs, ts
-
-    return _over_columns(
-        ctx, k_static, k, (a, reflectors, taus), (work, work, work), step, "householder"
-    )
-
-
-def _apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
-    """start @ H_0 H_1 ... H_{k-1}, with H_j = I - tau_j v_j v_j^T (Q when start is I)."""
-    ra, ca = rank - 2, rank - 1
-
-    def step(c, j, states):
-        (q,) = states
-        j_row = c.op.Unsqueeze(j, c.const([0], i64)) if _is_value(j) else c.const([j], i64)
-        v = c.op.Gather(reflectors, j_row, axis=ca)  # [..., m, 1]
-        tau = c.op.Unsqueeze(c.op.Gather(taus, j_row, axis=ra), c.const([ca], i64))
-        qv = c.op.MatMul(q, v)  # [..., r, 1]
-        return (c.op.Sub(q, c.op.Mul(c.op.Mul(tau, qv), c.op.Transpose(v, perm=_swap_last(rank)))),)
-
-    return _over_columns(ctx, k_static, k, (start,), (ctx.dtype(start),), step, "reflectors")[0]
-
-
-def _eye_like_rows(ctx, x, rank, work):
-    """Identity [..., m, m] for the rows of x [..., m, n]."""
-    m1 = ctx.op.Shape(x, start=rank - 2, end=rank - 1)
-    square = nx.filled(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
-    eye = ctx.op.EyeLike(square)
-    eye.dtype = square.dtype
-    return ctx.op.Expand(eye, ctx.op.Concat(ctx.op.Shape(x, start=0, end=rank - 2), m1, m1, axis=0))
 
 
 @translates(aten.linalg_qr.default)
 def linalg_qr(ctx, A, mode="reduced"):
     rank = ctx.rank(A)
     dtype = ctx.dtype(A)
-    r, reflectors, taus = _householder(ctx, A)
-    _, _, k, k_static = _sizes(ctx, A, rank)
+    r, reflectors, taus = la.householder(ctx, A)
+    _, _, k, k_static = la.matrix_sizes(ctx, A, rank)
     k1 = ctx.op.Reshape(k, ctx.const([1], i64))
     if mode == "r":
         return ctx.const(torch.zeros(0, dtype=dtype)), ctx.cast(
             ctx.op.Slice(r, ctx.const([0], i64), k1, ctx.const([rank - 2], i64)), dtype
         )
-    q = _apply_reflectors(
-        ctx, _eye_like_rows(ctx, r, rank, ctx.dtype(r)), reflectors, taus, rank, k, k_static
+    q = la.apply_reflectors(
+        ctx, la.eye_like_rows(ctx, r, rank, ctx.dtype(r)), reflectors, taus, rank, k, k_static
     )
     if mode == "reduced":
         q = ctx.op.Slice(q, ctx.const([0], i64), k1, ctx.const([rank - 1], i64))
@@ -316,11 +214,11 @@ def linalg_qr(ctx, A, mode="reduced"):
 @translates(aten.geqrf.default)
 def geqrf(ctx, self):
     rank = ctx.rank(self)
-    r, reflectors, taus = _householder(ctx, self)
-    m, n, k, _ = _sizes(ctx, self, rank)
+    r, reflectors, taus = la.householder(ctx, self)
+    m, n, k, _ = la.matrix_sizes(ctx, self, rank)
     # Packed like LAPACK: R on and above the diagonal, the reflectors' tails below it.
-    cols = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))
-    rows = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))
+    cols = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))
+    rows = ctx.op.Unsqueeze(la.index_range(ctx, m), ctx.const([1], i64))
     # k = min(m, n) <= n, so padding the k reflector columns to n needs no slicing after.
     padded = ctx.op.Pad(
         reflectors,
@@ -337,9 +235,9 @@ def geqrf(ctx, self):
 
 def _reflectors_from_packed(ctx, packed, rank, work):
     """Unit-head reflectors [..., m, n] from geqrf's packed storage."""
-    m, n, _, _ = _sizes(ctx, packed, rank)
-    rows = ctx.op.Unsqueeze(_range(ctx, m), ctx.const([1], i64))
-    cols = ctx.op.Unsqueeze(_range(ctx, n), ctx.const([0], i64))
+    m, n, _, _ = la.matrix_sizes(ctx, packed, rank)
+    rows = ctx.op.Unsqueeze(la.index_range(ctx, m), ctx.const([1], i64))
+    cols = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))
     x = ctx.cast(packed, work)
     below = ctx.op.Where(ctx.op.Greater(rows, cols), x, ctx.const(0.0, work))
     return ctx.op.Add(below, ctx.cast(ctx.op.Equal(rows, cols), work))
@@ -354,14 +252,14 @@ def _q_from_packed(ctx, packed, tau, rank, work):
         if k_static is not None
         else ctx.op.Squeeze(ctx.op.Shape(tau, start=rank - 2, end=rank - 1), ctx.const([0], i64))
     )
-    eye = _eye_like_rows(ctx, reflectors, rank, work)
-    return _apply_reflectors(ctx, eye, reflectors, ctx.cast(tau, work), rank, k, k_static)
+    eye = la.eye_like_rows(ctx, reflectors, rank, work)
+    return la.apply_reflectors(ctx, eye, reflectors, ctx.cast(tau, work), rank, k, k_static)
 
 
 @translates(aten.linalg_householder_product.default, aten.orgqr.default)
 def linalg_householder_product(ctx, input, tau):
     rank = ctx.rank(input)
-    q = _q_from_packed(ctx, input, tau, rank, _float_work(ctx.dtype(input)))
+    q = _q_from_packed(ctx, input, tau, rank, nx.float_work(ctx.dtype(input)))
     n1 = ctx.op.Shape(input, start=rank - 1, end=rank)
     q = ctx.op.Slice(q, ctx.const([0], i64), n1, ctx.const([rank - 1], i64))
     return ctx.cast(q, ctx.dtype(input))
@@ -371,10 +269,10 @@ def linalg_householder_product(ctx, input, tau):
 def ormqr(ctx, self, input2, input3, left=True, transpose=False):
     """op(Q) @ C (left) or C @ op(Q), Q from geqrf's packed reflectors and taus."""
     rank = ctx.rank(self)
-    work = _float_work(ctx.dtype(self))
+    work = nx.float_work(ctx.dtype(self))
     q = _q_from_packed(ctx, self, input2, rank, work)
     if transpose:
-        q = ctx.op.Transpose(q, perm=_swap_last(rank))
+        q = ctx.op.Transpose(q, perm=la.swap_last(rank))
     other = ctx.cast(input3, work)
     result = ctx.op.MatMul(q, other) if left else ctx.op.MatMul(other, q)
     return ctx.cast(result, ctx.dtype(input3))

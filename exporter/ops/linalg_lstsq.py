@@ -27,12 +27,11 @@ import onnx_ir as ir
 import torch
 from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
+from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
-from exporter.ops.linalg import _gauss_jordan, _swap_last
-from exporter.ops.linalg_factor import _apply_reflectors, _eye_like_rows, _householder, _sizes
-from exporter.ops.linalg_spectral import _tolerance, svd
+from exporter.ops.linalg_spectral import svd
 
 aten = torch.ops.aten
 i64, f64 = torch.int64, torch.float64
@@ -169,16 +168,16 @@ def _gels(ctx, a_full, b_full, rank, m_s, n_s, batch_shape, taller):
     if taller:
         # A = Q R: x = R1^-1 (Q^T B)[:n]; LAPACK's residuals are |(Q^T B)[n:]|^2 per column.
         _with_shape(a_full, (*batch_shape, m_s, n_s))
-        r, reflectors, taus = _householder(ctx, a_full)
-        _, n, k, k_static = _sizes(ctx, a_full, rank)
-        b_t = ctx.op.Transpose(b_full, perm=_swap_last(rank))
+        r, reflectors, taus = la.householder(ctx, a_full)
+        _, n, k, k_static = la.matrix_sizes(ctx, a_full, rank)
+        b_t = ctx.op.Transpose(b_full, perm=la.swap_last(rank))
         qtb = ctx.op.Transpose(
-            _apply_reflectors(ctx, b_t, reflectors, taus, rank, k, k_static),
-            perm=_swap_last(rank),
+            la.apply_reflectors(ctx, b_t, reflectors, taus, rank, k, k_static),
+            perm=la.swap_last(rank),
         )
         r1 = _first(ctx, r, n, rank - 2)
         c1 = _first(ctx, qtb, n, rank - 2)
-        _, x, _, _, _ = _gauss_jordan(ctx, r1, c1, "none", False, rank, k_static)
+        _, x, _, _, _ = la.gauss_jordan(ctx, r1, c1, "none", False, rank, k_static)
         tail = ctx.op.Slice(
             qtb,
             ctx.op.Reshape(n, ctx.const([1], i64)),
@@ -188,14 +187,14 @@ def _gels(ctx, a_full, b_full, rank, m_s, n_s, batch_shape, taller):
         residuals = nx.reduce(ctx, "ReduceSumSquare", tail, [rank - 2], False)
         return x, residuals
     # A^T = Q R: A = R1^T Q1^T, so x = Q1 R1^-T B is the minimum-norm solution.
-    a_t = _with_shape(ctx.op.Transpose(a_full, perm=_swap_last(rank)), (*batch_shape, n_s, m_s))
-    r, reflectors, taus = _householder(ctx, a_t)
-    _, _, k, k_static = _sizes(ctx, a_t, rank)
+    a_t = _with_shape(ctx.op.Transpose(a_full, perm=la.swap_last(rank)), (*batch_shape, n_s, m_s))
+    r, reflectors, taus = la.householder(ctx, a_t)
+    _, _, k, k_static = la.matrix_sizes(ctx, a_t, rank)
     r1 = _first(ctx, r, k, rank - 2)  # [..., m, m]
-    r1_t = ctx.op.Transpose(r1, perm=_swap_last(rank))
-    _, y, _, _, _ = _gauss_jordan(ctx, r1_t, b_full, "none", False, rank, k_static)
-    eye = _eye_like_rows(ctx, r, rank, f64)  # [..., n, n]
-    q = _apply_reflectors(ctx, eye, reflectors, taus, rank, k, k_static)
+    r1_t = ctx.op.Transpose(r1, perm=la.swap_last(rank))
+    _, y, _, _, _ = la.gauss_jordan(ctx, r1_t, b_full, "none", False, rank, k_static)
+    eye = la.eye_like_rows(ctx, r, rank, f64)  # [..., n, n]
+    q = la.apply_reflectors(ctx, eye, reflectors, taus, rank, k, k_static)
     q1 = _first(ctx, q, k, rank - 1)  # [..., n, m]
     return ctx.op.MatMul(q1, y), None
 
@@ -208,11 +207,11 @@ def _truncated_svd_solve(ctx, A, b, rcond, driver):
         # LAPACK's gelss/gelsd read a negative rcond as machine precision; gelsy keeps it.
         rcond = torch.finfo(ctx.dtype(A)).eps if driver != "gelsy" else 0.0
     largest = nx.reduce(ctx, "ReduceMax", sigma, [rank - 2], True)  # [..., 1]
-    threshold = _tolerance(ctx, A, None, rcond, largest)
+    threshold = la.tolerance(ctx, A, None, rcond, largest)
     kept = ctx.op.Greater(sigma, threshold)
     safe = ctx.op.Where(kept, sigma, ctx.const(1.0, f64))
     inverse = ctx.op.Where(kept, ctx.op.Reciprocal(safe), ctx.const(0.0, f64))
-    utb = ctx.op.MatMul(ctx.op.Transpose(u, perm=_swap_last(rank)), b)  # [..., k, nrhs]
+    utb = ctx.op.MatMul(ctx.op.Transpose(u, perm=la.swap_last(rank)), b)  # [..., k, nrhs]
     scaled = ctx.op.Mul(ctx.op.Unsqueeze(inverse, ctx.const([rank - 1], i64)), utb)
     x = ctx.op.MatMul(v, scaled)
     # Like torch, rank and singular values keep A's own batch shape when B broadcasts it.

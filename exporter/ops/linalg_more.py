@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from exporter.ops import _layout as L
+from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
-from exporter.ops.linalg import _is_value, _over_columns, _swap_last
 from exporter.ops.linalg_spectral import eigh, svd
-from exporter.ops.reduction import _float_work
 
 aten = torch.ops.aten
 i64, i32, f64 = torch.int64, torch.int32, torch.float64
@@ -62,7 +62,7 @@ def linalg_polar(ctx, A):
     rank = ctx.rank(A)
     dtype = ctx.dtype(A)
     left, sigma, right = svd(ctx, A)
-    right_t = ctx.op.Transpose(right, perm=_swap_last(rank))
+    right_t = ctx.op.Transpose(right, perm=la.swap_last(rank))
     unitary = ctx.op.MatMul(left, right_t)
     scaled = ctx.op.Mul(right, ctx.op.Unsqueeze(sigma, ctx.const([rank - 2], i64)))
     positive = ctx.op.MatMul(scaled, right_t)
@@ -78,7 +78,7 @@ def linalg_matrix_sqrth(ctx, self):
     values, vectors = eigh(ctx, self, "L")
     roots = ctx.op.Sqrt(ctx.op.Max(values, ctx.const(0.0, f64)))
     scaled = ctx.op.Mul(vectors, ctx.op.Unsqueeze(roots, ctx.const([rank - 2], i64)))
-    result = ctx.op.MatMul(scaled, ctx.op.Transpose(vectors, perm=_swap_last(rank)))
+    result = ctx.op.MatMul(scaled, ctx.op.Transpose(vectors, perm=la.swap_last(rank)))
     return ctx.cast(result, ctx.dtype(self))
 
 
@@ -94,7 +94,7 @@ class _Indexing:
 
     def __init__(self, rank):
         self.ra, self.ca = rank - 2, rank - 1
-        self.perm = _swap_last(rank)
+        self.perm = la.swap_last(rank)
 
     def column(self, c, m, index):
         """m[..., :, index] as [..., n, 1]."""
@@ -235,7 +235,7 @@ def _ldl_step(c, state, rows, cols, slots, n, work, at, alpha):
 def _ldl_factor(ctx, A, with_info):
     rank = ctx.rank(A)
     dtype = ctx.dtype(A)
-    work = _float_work(dtype)
+    work = nx.float_work(dtype)
     at = _Indexing(rank)
     a = ctx.cast(A, work)
     n_static = nx.static_dim(ctx, A, rank - 1)
@@ -249,9 +249,9 @@ def _ldl_factor(ctx, A, with_info):
     cols = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     n1 = ctx.op.Reshape(n, ctx.const([1], i64))
-    pivots = nx.filled(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
-    info = nx.filled(ctx, batch, 0, i32) if with_info else None
-    cursor = nx.filled(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
+    pivots = L.constant_of_shape(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
+    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
+    cursor = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
     alpha = _bunch_kaufman_alpha(work)
 
     def step(c, _, states):
@@ -259,7 +259,7 @@ def _ldl_factor(ctx, A, with_info):
 
     m = _mirror_lower(ctx, a, rows, cols, at)
     # Every step advances a cursor by at least one column, so n steps always suffice.
-    m, pivots, info, _ = _over_columns(
+    m, pivots, info, _ = la.over_columns(
         ctx, n_static, n, (m, pivots, info, cursor), (work, i32, i32, i64), step, "ldl"
     )
     # torch returns LD lower triangular: LAPACK leaves the strict upper part alone, torch zeroes it.
@@ -314,7 +314,7 @@ def _block_roles(ctx, pivots, rank_p):
 def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
     """sytrs: forward through P(k) L(k) D(k) in order, then back through L(k)^T P(k)^T."""
     dtype = ctx.out_dtype
-    work = _float_work(dtype)
+    work = nx.float_work(dtype)
     rank = max(ctx.rank(LD), ctx.rank(B))
     at = _Indexing(rank)
     ra, ca = at.ra, at.ca
@@ -342,7 +342,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
 
     def at_position(c, values, j):
         """values[..., j] as [..., 1, 1]."""
-        index = c.op.Unsqueeze(j, c.const([0], i64)) if _is_value(j) else c.const([j], i64)
+        index = c.op.Unsqueeze(j, c.const([0], i64)) if la.is_value(j) else c.const([j], i64)
         return c.op.Unsqueeze(c.op.Gather(values, index, axis=rank_p - 1), c.const([ca], i64))
 
     def swap(c, m, i, j):
@@ -351,7 +351,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
 
     def forward(c, j, states):
         (x,) = states
-        j0 = j if _is_value(j) else c.const(j, i64)
+        j0 = j if la.is_value(j) else c.const(j, i64)
         j1 = c.op.Min(c.op.Add(j0, c.const(1, i64)), last)
         opens = at_position(c, first, j)
         closes = at_position(c, second, j)
@@ -385,7 +385,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
 
     def backward(c, step, states):
         (x,) = states
-        j = c.op.Sub(last, step) if _is_value(step) else c.op.Sub(last, c.const(step, i64))
+        j = c.op.Sub(last, step) if la.is_value(step) else c.op.Sub(last, c.const(step, i64))
         j_before = c.op.Max(c.op.Sub(j, c.const(1, i64)), c.const(0, i64))
         position = c.op.Unsqueeze(j, c.const([0], i64))
         opens = c.op.Unsqueeze(c.op.Gather(first, position, axis=rank_p - 1), [ca])
@@ -405,6 +405,6 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
         updated = swap(c, updated, j, p)
         return (c.op.Where(opens, x, updated),)
 
-    (rhs,) = _over_columns(ctx, n_static, n, (rhs,), (work,), forward, "ldl_forward")
-    (rhs,) = _over_columns(ctx, n_static, n, (rhs,), (work,), backward, "ldl_backward")
+    (rhs,) = la.over_columns(ctx, n_static, n, (rhs,), (work,), forward, "ldl_forward")
+    (rhs,) = la.over_columns(ctx, n_static, n, (rhs,), (work,), backward, "ldl_backward")
     return ctx.cast(rhs, dtype)

@@ -12,10 +12,12 @@ rotations give, and LAPACK's are not specified either.
 
 from __future__ import annotations
 
-import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
+from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -24,10 +26,6 @@ i64, f64 = torch.int64, torch.float64
 #: Upper bound on Jacobi sweeps; convergence is quadratic, so this is never the limit in
 #: practice (the Loop stops as soon as the off-diagonal mass is at rounding level).
 _MAX_SWEEPS = 30
-
-
-def _swap_last(rank):
-    return [*range(rank - 2), rank - 1, rank - 2]
 
 
 def _size(ctx, x, axis):
@@ -40,7 +38,7 @@ def _size(ctx, x, axis):
 
 def _identity(ctx, n):
     """n x n float64 identity (n a 0-d int64 value)."""
-    square = nx.filled(
+    square = L.constant_of_shape(
         ctx, ctx.op.Concat(*[ctx.op.Reshape(n, ctx.const([1], i64))] * 2, axis=0), 0.0, f64
     )
     eye = ctx.op.EyeLike(square)
@@ -70,7 +68,7 @@ def _jacobi(ctx, state, vectors, n, eye, rank, one_sided):
     top = ctx.op.Max(ctx.op.Sub(n, c0(1)), c0(0))
     zero, one = ctx.const(0.0, f64), ctx.const(1.0, f64)
     ra, ca = rank - 2, rank - 1
-    transpose = _swap_last(rank)
+    transpose = la.swap_last(rank)
 
     def gram(c, s):
         return c.op.MatMul(c.op.Transpose(s, perm=transpose), s) if one_sided else s
@@ -143,7 +141,9 @@ def _jacobi(ctx, state, vectors, n, eye, rank, one_sided):
         diagonal = c.op.ReduceSumSquare(c.op.Mul(g, eye), keepdims=0)
         return c.op.Greater(c.op.Sub(total, diagonal), c.op.Mul(total, c.const(1e-30, f64)))
 
-    return nx.loop(ctx, trips, [state, vectors], body, [f64, f64], "jacobi", condition=keep_going)
+    return _subgraph.loop(
+        ctx, trips, [state, vectors], body, [f64, f64], "jacobi", condition=keep_going
+    )
 
 
 def _diagonal(ctx, m, eye, rank):
@@ -171,7 +171,8 @@ def eigh(ctx, A, uplo="L"):
     # Only the named triangle is read, as LAPACK does.
     triangle = ctx.op.Trilu(a, upper=int(uplo.upper() == "U"))
     symmetric = ctx.op.Sub(
-        ctx.op.Add(triangle, ctx.op.Transpose(triangle, perm=_swap_last(rank))), ctx.op.Mul(a, eye)
+        ctx.op.Add(triangle, ctx.op.Transpose(triangle, perm=la.swap_last(rank))),
+        ctx.op.Mul(a, eye),
     )
     start = ctx.op.Expand(eye, ctx.op.Shape(a))
     diagonalised, vectors = _jacobi(ctx, symmetric, start, n, eye, rank, one_sided=False)
@@ -211,7 +212,7 @@ def svd(ctx, A, compute_uv=True):
     wide = isinstance(m, int) and isinstance(n, int) and m < n
     a = ctx.cast(A, f64)
     if wide:
-        a = ctx.op.Transpose(a, perm=_swap_last(rank))
+        a = ctx.op.Transpose(a, perm=la.swap_last(rank))
         columns = _size(ctx, A, rank - 2)[1]
     else:
         columns = _size(ctx, A, rank - 1)[1]
@@ -246,7 +247,7 @@ def _empty_full_svd(ctx, A):
         n1 = ctx.op.Reshape(n, ctx.const([1], i64))
         return ctx.cast(ctx.op.Expand(square, ctx.op.Concat(batch, n1, n1, axis=0)), dtype)
 
-    sigma = nx.filled(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
+    sigma = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
     return eye(rank - 2), sigma, eye(rank - 1)
 
 
@@ -271,7 +272,7 @@ def _linalg_svd(ctx, A, full_matrices=False, compute_uv=True, *, driver=None):
         return _empty_full_svd(ctx, A)
     _refuse_full(ctx, A, full_matrices)
     u, sigma, v = svd(ctx, A)
-    vh = ctx.op.Transpose(v, perm=_swap_last(ctx.rank(A)))
+    vh = ctx.op.Transpose(v, perm=la.swap_last(ctx.rank(A)))
     return ctx.cast(u, dtype), ctx.cast(sigma, dtype), ctx.cast(vh, dtype)
 
 
@@ -308,29 +309,6 @@ def singular_values(ctx, A):
 
 
 # ------------------------------------------------------------------------ pinv and rank
-def _tolerance(ctx, A, atol, rtol, largest):
-    """max(atol, rtol * largest) with torch's defaults (rtol = eps * max(m, n) without atol)."""
-    shape = ctx.shape(A)
-    if rtol is None:
-        atol_given = atol is not None and not (isinstance(atol, (int, float)) and atol == 0)
-        if atol_given:
-            rtol = 0.0
-        else:
-            eps = torch.finfo(ctx.dtype(A)).eps
-            if all(isinstance(d, int) for d in shape[-2:]):
-                rtol = eps * max(shape[-2:])
-            else:
-                rank = len(shape)
-                sizes = ctx.cast(ctx.op.Shape(A, start=rank - 2, end=rank), f64)
-                rtol = ctx.op.Mul(ctx.const(eps, f64), ctx.op.ReduceMax(sizes, keepdims=0))
-
-    def as_value(t):
-        return ctx.cast(t, f64) if isinstance(t, ir.Value) else ctx.const(float(t), f64)
-
-    relative = ctx.op.Mul(as_value(rtol), largest)
-    if atol is None:
-        return relative
-    return ctx.op.Max(as_value(atol), relative)
 
 
 def _spectrum(ctx, A, hermitian):
@@ -346,12 +324,12 @@ def _pinv(ctx, A, atol, rtol, hermitian):
     rank = ctx.rank(A)
     magnitudes, left, right, values = _spectrum(ctx, A, hermitian)
     largest = nx.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
-    threshold = _tolerance(ctx, A, atol, rtol, largest)
+    threshold = la.tolerance(ctx, A, atol, rtol, largest)
     keep = ctx.op.Greater(magnitudes, threshold)
     safe = ctx.op.Where(keep, values, ctx.const(1.0, f64))
     inverse = ctx.op.Where(keep, ctx.op.Div(ctx.const(1.0, f64), safe), ctx.const(0.0, f64))
     scaled = ctx.op.Mul(right, ctx.op.Unsqueeze(inverse, ctx.const([rank - 2], i64)))
-    result = ctx.op.MatMul(scaled, ctx.op.Transpose(left, perm=_swap_last(rank)))
+    result = ctx.op.MatMul(scaled, ctx.op.Transpose(left, perm=la.swap_last(rank)))
     return ctx.cast(result, ctx.out_dtype)
 
 
@@ -372,7 +350,7 @@ def _matrix_rank(ctx, A, atol, rtol, hermitian):
     else:
         magnitudes = svd(ctx, A, False)[1]
     largest = nx.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
-    threshold = _tolerance(ctx, A, atol, rtol, largest)
+    threshold = la.tolerance(ctx, A, atol, rtol, largest)
     above = ctx.cast(ctx.op.Greater(magnitudes, threshold), i64)
     return ctx.op.ReduceSum(above, ctx.const([rank - 2], i64), keepdims=0)
 

@@ -12,8 +12,8 @@ import math
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _numerics as nx
 from exporter.ops._nn_helpers import FLOATS, compute_dtype, dim_size, static_ints
-from exporter.ops._nn_helpers import reduce as nn_reduce
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -173,7 +173,7 @@ _BIG = 2**62
 
 
 def _reduce_axis(ctx, op_type, x, axis):
-    return nn_reduce(ctx, op_type, x, [axis], 0)
+    return nx.reduce(ctx, op_type, x, [axis], 0)
 
 
 # ----------------------------------------------------------------------------------- resize

@@ -19,11 +19,10 @@ from exporter.ops._nn_helpers import (
     compute_dtype,
     dim_size,
     prod_of_dims,
-    reduce,
     reshape,
     shape_slice,
-    used_outputs,
 )
+from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -119,7 +118,7 @@ def layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5, c
 
 @translates(aten.native_layer_norm.default)
 def native_layer_norm(ctx, input, normalized_shape, weight, bias, eps):
-    if not ({1, 2} & used_outputs(ctx)):
+    if not ({1, 2} & ctx.used_outputs()):
         out = _layer_norm(ctx, input, normalized_shape, weight, bias, eps, False)
         return ctx.cast(out, ctx.dtype(input)), None, None
     return _layer_norm(ctx, input, normalized_shape, weight, bias, eps, True)
@@ -193,7 +192,7 @@ def group_norm(ctx, input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_e
 @translates(aten.native_group_norm.default)
 def native_group_norm(ctx, input, weight, bias, N, C, HxW, group, eps):
     out = ctx.cast(_group_norm(ctx, input, group, weight, bias, eps), ctx.out_dtype)
-    if not ({1, 2} & used_outputs(ctx)):
+    if not ({1, 2} & ctx.used_outputs()):
         return out, None, None
     x, work = _float_input(ctx, input)
     mean, rstd = _group_stats(ctx, x, group, eps, work)
@@ -252,7 +251,7 @@ def rms_norm(ctx, input, normalized_shape, weight=None, eps=None):
 @translates(aten._fused_rms_norm.default)
 def fused_rms_norm(ctx, input, normalized_shape, weight=None, eps=None):
     out, rstd = _rms_norm(ctx, input, normalized_shape, weight, eps)
-    if rstd is None and 1 in used_outputs(ctx):
+    if rstd is None and 1 in ctx.used_outputs():
         work = torch.float64 if ctx.dtype(input) == torch.float64 else torch.float32
         x = ctx.cast(input, work)
         axes = list(range(ctx.rank(input) - len(normalized_shape), ctx.rank(input)))
@@ -610,7 +609,7 @@ def embedding_renorm(ctx, self, indices, max_norm, norm_type):
 def _embedding_bag(
     ctx, weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx
 ):
-    used = used_outputs(ctx)
+    used = ctx.used_outputs()
     w_dtype = ctx.dtype(weight)
     work = compute_dtype(w_dtype, {torch.float32, torch.float64})
     w = ctx.cast(weight, work)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _kernels
 from exporter.ops import _layout as L
 from exporter.ops._registry import translates
 
@@ -69,7 +70,7 @@ def pad_nd(ctx, x, pad, mode: str, value=None):
             f"unknown padding mode {mode!r}; expected one of {sorted([*_ONNX_MODE, 'circular'])}"
         )
     dtype = ctx.dtype(x)
-    run = L.kernel_dtype("Pad", dtype) or dtype
+    run = _kernels.kernel_dtype("Pad", dtype)
     fill = None
     if mode == "constant":
         fill = (

@@ -16,7 +16,7 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
-from exporter.ops import _numerics as nx
+from exporter.ops import _layout as L
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -42,7 +42,7 @@ def _like(ctx, op_type: str, like: ir.Value, dtype: torch.dtype, **attributes) -
 def _sized(ctx, op_type: str, size: Any, dtype: torch.dtype, **attributes) -> ir.Value:
     """A draw of a given size: one RandomUniform/RandomNormal when static, else via a shape."""
     if isinstance(size, ir.Value) or not all(isinstance(d, int) for d in size):
-        zeros = nx.filled(ctx, _shape_value(ctx, size), 0, dtype)
+        zeros = L.constant_of_shape(ctx, _shape_value(ctx, size), 0, dtype)
         return _like(ctx, op_type + "Like", zeros, dtype, **attributes)
     out = getattr(ctx.op, op_type)(
         dtype=_dtypes.to_ir(dtype), shape=[int(d) for d in size], **attributes

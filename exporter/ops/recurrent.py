@@ -27,10 +27,10 @@ from __future__ import annotations
 import torch
 
 from exporter import _flags
-from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
+from exporter.ops import nn as nn_ops
 from exporter.ops._nn_helpers import compute_dtype
 from exporter.ops._registry import translates
-from exporter.ops.nn import _drop
 
 aten = torch.ops.aten
 i64 = torch.int64
@@ -210,7 +210,7 @@ def _check_supported(name, dropout, num_layers):
 def _between_layers(ctx, x, dropout, train, layer, num_layers):
     """torch applies dropout to every layer's output but the last, in training mode only."""
     if train and dropout > 0 and layer < num_layers - 1:
-        return _drop(ctx, x, float(dropout), ctx.op.Shape(x))[0]
+        return nn_ops.dropout(ctx, x, float(dropout), True)
     return x
 
 
@@ -338,7 +338,7 @@ def _projected_lstm_scan(ctx, x, weights, h, c, work, reverse):
         h_next = b.op.MatMul(b.op.Mul(b.op.Sigmoid(out_gate), b.op.Tanh(c_next)), w_hr_t)
         return [h_next, c_next], [h_next]
 
-    h_last, c_last, y = nx.scan_along(
+    h_last, c_last, y = _subgraph.scan_along(
         ctx, [gates_x], 0, [h, c], step, [work, work], [work], "lstm_projection_step"
     )
     if reverse:

@@ -15,20 +15,15 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter import _dtypes
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops import _subgraph
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 i64 = torch.int64
-
-
-def _float_work(dtype: torch.dtype) -> torch.dtype:
-    """The float dtype a float-valued reduction (mean, var, norm) computes in."""
-    if dtype in (torch.float16, torch.bfloat16) or not dtype.is_floating_point:
-        return torch.float32
-    return dtype
 
 
 def _squeeze(ctx, x: ir.Value, axes: list[int] | None, rank: int) -> ir.Value:
@@ -67,7 +62,7 @@ def nansum(ctx, self, dim=None, keepdim=False, *, dtype=None):
 @translates(aten.mean.default, aten.mean.dim)
 def mean(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = ctx.cast(ctx.cast(self, out), work)
     axes = nx.reduce_axes(dim, ctx.rank(self))
     return ctx.cast(_mean(ctx, x, axes, keepdim, nx.static_count(ctx, self, axes) == 0), out)
@@ -84,7 +79,7 @@ def _mean(ctx, x, axes, keepdim, empty: bool):
 @translates(aten.nanmean.default)
 def nanmean(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = ctx.cast(ctx.cast(self, out), work)
     axes = nx.reduce_axes(dim, ctx.rank(self))
     is_nan = ctx.op.IsNaN(x)
@@ -253,7 +248,7 @@ def count_nonzero(ctx, self, dim=None):
 # ---------------------------------------------------------------------------- var / std
 def _variance(ctx, self, dim, correction, keepdim, *, sqrt: bool, with_mean: bool):
     out = ctx.out_dtype
-    work = _float_work(ctx.dtype(self))
+    work = nx.float_work(ctx.dtype(self))
     x = ctx.cast(self, work)
     rank = ctx.rank(self)
     axes = nx.reduce_axes(dim, rank)
@@ -350,7 +345,7 @@ def std_mean_default(ctx, self, unbiased=True):
 @translates(aten.logsumexp.default, aten.special_logsumexp.default)
 def logsumexp(ctx, self, dim=(), keepdim=False):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     axes = nx.reduce_axes(dim, ctx.rank(self))
     # onnxruntime's ReduceLogSumExp subtracts the max first (stable for large inputs).
     return ctx.cast(nx.reduce(ctx, "ReduceLogSumExp", ctx.cast(self, work), axes, keepdim), out)
@@ -361,7 +356,7 @@ def vector_norm(
     ctx, x: ir.Value, ord: Any, axes: list[int] | None, keepdim: bool, out: torch.dtype
 ) -> ir.Value:
     """torch.linalg.vector_norm of a real tensor, computed in float32 for half inputs."""
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = ctx.cast(ctx.cast(x, out), work)
     ord = float(ord)
     if ord == 2:
@@ -413,7 +408,7 @@ def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.
         return _spectral_norm(ctx, x, ord, rows, cols, keepdim, out)
     if ord not in (1, -1, math.inf, -math.inf):
         raise ValueError(f"linalg.matrix_norm: unsupported ord {ord!r}")
-    work = _float_work(out)
+    work = nx.float_work(out)
     absolute = ctx.op.Abs(ctx.cast(ctx.cast(x, out), work))
     # ord=±1 sums each column (over rows) and takes the max/min over columns; ±inf swaps them.
     summed_axis, picked_axis = (rows, cols) if abs(ord) == 1 else (cols, rows)
@@ -502,13 +497,13 @@ def cumprod(ctx, self, dim, *, dtype=None):
     x = ctx.cast(x, work)
     if ctx.has("CumProd"):  # onnxruntime's kernel covers every scan work dtype
         return ctx.cast(ctx.op.CumProd(x, ctx.const(ax, i64)), out)
-    ones = nx.filled(ctx, nx.shape_without(ctx, self, ax), 1, work)
+    ones = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), 1, work)
 
     def body(sub, states, slices):
         product = sub.op.Mul(states[0], slices[0])
         return [product], [product]
 
-    _, stacked = nx.scan_along(ctx, [x], ax, [ones], body, [work], [work], "cumprod")
+    _, stacked = _subgraph.scan_along(ctx, [x], ax, [ones], body, [work], [work], "cumprod")
     return ctx.cast(stacked, out)
 
 
@@ -518,9 +513,9 @@ def logcumsumexp(ctx, self, dim):
     ax, x = _scan_ready(ctx, self, dim, out)
     if ax is None:
         return ctx.op.Identity(x)
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = ctx.cast(x, work)
-    start = nx.filled(ctx, nx.shape_without(ctx, self, ax), float("-inf"), work)
+    start = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), float("-inf"), work)
 
     def body(sub, states, slices):
         # log(e^a + e^b) = max + log(1 + e^(min - max)); equal infinities give NaN
@@ -532,7 +527,7 @@ def logcumsumexp(ctx, self, dim):
         total = sub.op.Add(high, sub.op.Log(sub.op.Add(sub.const(1, work), sub.op.Exp(diff))))
         return [total], [total]
 
-    _, stacked = nx.scan_along(ctx, [x], ax, [start], body, [work], [work], "logcumsumexp")
+    _, stacked = _subgraph.scan_along(ctx, [x], ax, [start], body, [work], [work], "logcumsumexp")
     return ctx.cast(stacked, out)
 
 
@@ -540,7 +535,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
     dtype = ctx.dtype(self)
     ax, x = _scan_ready(ctx, self, dim, dtype)
     if ax is None:
-        zeros = nx.filled(ctx, ctx.op.Shape(x), 0, i64)
+        zeros = L.constant_of_shape(ctx, ctx.op.Shape(x), 0, i64)
         return ctx.op.Identity(x), zeros
     work = _scan_work(dtype)
     x = ctx.cast(x, work)
@@ -567,8 +562,11 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
         new_index = sub.op.Where(better, position, best_index)
         return [new_best, new_index], [new_best, new_index]
 
-    starts = [nx.filled(ctx, rest, start_value, work), nx.filled(ctx, rest, 0, i64)]
-    _, _, values, indices = nx.scan_along(
+    starts = [
+        L.constant_of_shape(ctx, rest, start_value, work),
+        L.constant_of_shape(ctx, rest, 0, i64),
+    ]
+    _, _, values, indices = _subgraph.scan_along(
         ctx,
         [x, positions],
         [ax, 0],
@@ -624,7 +622,7 @@ def _n_along(ctx, x, ax, as_value=False):
     size = nx.static_dim(ctx, x, ax)
     if size is not None:
         return ctx.const(size, i64) if as_value else size
-    return ctx.op.Squeeze(nx.dim_size(ctx, x, ax), ctx.const([0], i64))
+    return ctx.op.Squeeze(dim_size(ctx, x, ax), ctx.const([0], i64))
 
 
 @translates(aten.kthvalue.default)
@@ -746,48 +744,9 @@ def _data_range(ctx, x, low, high, widen):
     )
 
 
-def _linspace(ctx, low, high, steps, work):
-    """torch.linspace's values: from both ends towards the middle, so the end is exact."""
-    i = ctx.op.Cast(
-        ctx.op.Range(ctx.const(0, i64), ctx.const(steps, i64), ctx.const(1, i64)),
-        to=_dtypes.to_ir(work),
-    )
-    step = ctx.op.Div(ctx.op.Sub(high, low), ctx.const(max(steps - 1, 1), work))
-    from_start = ctx.op.Add(low, ctx.op.Mul(i, step))
-    from_end = ctx.op.Sub(high, ctx.op.Mul(ctx.op.Sub(ctx.const(steps - 1, work), i), step))
-    return ctx.op.Where(ctx.op.Less(i, ctx.const(steps // 2, work)), from_start, from_end)
-
-
-def _bin_index(ctx, x, low, high, bins, edges=None):
-    """torch's histogram bin of each value: linear interpolation, corrected by comparing with
-    the neighbouring ``edges`` when given; values outside [low, high] (and NaN) get ``bins``."""
-    work = ctx.dtype(x)
-    scaled = ctx.op.Div(
-        ctx.op.Mul(ctx.op.Sub(x, low), ctx.const(bins, work)), ctx.op.Sub(high, low)
-    )
-    inside = ctx.op.And(ctx.op.GreaterOrEqual(x, low), ctx.op.LessOrEqual(x, high))
-    position = ctx.op.Cast(
-        ctx.op.Floor(ctx.op.Where(inside, scaled, ctx.const(0, work))), to=ir.DataType.INT64
-    )
-    if edges is not None:
-        # upper_bound over edges[pos-1 : pos+2], as torch's local search does.
-        start = ctx.op.Max(ctx.op.Sub(position, ctx.const(1, i64)), ctx.const(0, i64))
-        stop = ctx.op.Min(ctx.op.Add(position, ctx.const(2, i64)), ctx.const(bins + 1, i64))
-        found = start
-        for offset in range(3):
-            j = ctx.op.Add(start, ctx.const(offset, i64))
-            edge = ctx.op.Gather(edges, ctx.op.Min(j, ctx.const(bins, i64)), axis=0)
-            counted = ctx.op.And(ctx.op.Less(j, stop), ctx.op.LessOrEqual(edge, x))
-            found = ctx.op.Add(found, ctx.cast(counted, i64))
-        position = ctx.op.Sub(found, ctx.const(1, i64))
-    # The last bin includes its right edge.
-    position = ctx.op.Min(position, ctx.const(bins - 1, i64))
-    return ctx.op.Where(inside, position, ctx.const(bins, i64))
-
-
 def _bin_totals(ctx, index, bins, weights, work):
     """Sum of ``weights`` (or counts) per bin; index ``bins`` collects what is dropped."""
-    zeros = nx.filled(ctx, ctx.const([bins + 1], i64), 0, work)
+    zeros = L.constant_of_shape(ctx, ctx.const([bins + 1], i64), 0, work)
     if weights is None:
         weights = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     totals = ctx.op.ScatterElements(zeros, index, weights, axis=0, reduction="add")
@@ -797,10 +756,10 @@ def _bin_totals(ctx, index, bins, weights, work):
 @translates(aten.histc.default)
 def histc(ctx, self, bins=100, min=0, max=0):
     out = ctx.out_dtype
-    work = _float_work(out)
+    work = nx.float_work(out)
     x = nx.flatten(ctx, ctx.cast(self, work))
     low, high = _data_range(ctx, x, min, max, 1.0)
-    index = _bin_index(ctx, x, low, high, bins)
+    index = nx.bin_index(ctx, x, low, high, bins)
     return ctx.cast(_bin_totals(ctx, index, bins, None, work), out)
 
 
@@ -814,7 +773,7 @@ def bincount(ctx, self, weights=None, minlength=0):
         ctx.op.Add(largest, ctx.const([1], i64)),
         ctx.op.Reshape(ctx.scalar(minlength, i64), ctx.const([1], i64)),
     )
-    zeros = nx.filled(ctx, length, 0, work)
+    zeros = L.constant_of_shape(ctx, length, 0, work)
     if weights is None:
         updates = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     else:

@@ -18,10 +18,10 @@ from exporter.ops._nn_helpers import (
     FLOAT32_ONLY,
     as_int_list,
     dim_size,
-    reduce,
     shape_slice,
     to_work,
 )
+from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten

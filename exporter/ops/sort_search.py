@@ -12,7 +12,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -24,7 +26,7 @@ _UNIQUE_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int
 
 def _axis_length(ctx, x, ax):
     size = nx.static_dim(ctx, x, ax)
-    return size if size is not None else nx.dim_size(ctx, x, ax)
+    return size if size is not None else dim_size(ctx, x, ax)
 
 
 # ------------------------------------------------------------------------------ topk / sort
@@ -46,7 +48,7 @@ def _sort(ctx, self, dim, descending):
         return ctx.op.Identity(self), ctx.const(0, i64)
     ax = nx.axis(dim, rank)
     if nx.static_dim(ctx, self, ax) in (0, 1):
-        return ctx.op.Identity(self), nx.filled(ctx, ctx.op.Shape(self), 0, i64)
+        return ctx.op.Identity(self), L.constant_of_shape(ctx, ctx.op.Shape(self), 0, i64)
     return nx.topk(ctx, self, _axis_length(ctx, self, ax), ax, bool(descending))
 
 

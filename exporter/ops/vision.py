@@ -23,7 +23,8 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from exporter.ops._nn_helpers import compute_dtype, dim_size, reduce, used_outputs
+from exporter.ops._nn_helpers import compute_dtype, dim_size
+from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
 
 #: onnxruntime CPU kernels of these ops only exist for float32 (RoiAlign also float64).
@@ -116,7 +117,7 @@ def roi_pool(ctx, input, rois, spatial_scale, pooled_height, pooled_width):
     pooled = ctx.op.MaxRoiPool(
         x, ctx.cast(rois, work), pooled_shape=[ph, pw], spatial_scale=float(spatial_scale)
     )
-    if 1 in used_outputs(ctx):
+    if 1 in ctx.used_outputs():
         argmax = _roi_pool_argmax(ctx, x, rois, float(spatial_scale), ph, pw)
     else:
         # Nobody reads the argmax (inference): an empty placeholder keeps the tuple shape.
@@ -188,7 +189,7 @@ def _roi_pool_argmax(ctx, x, rois, spatial_scale, ph, pw):
     low = ctx.const(float("-inf"), work)
     # (K, C, H, 1, W) against (K, 1, 1, pw, W) → max over W: (K, C, H, pw)
     masked_w = ctx.op.Where(ctx.op.Unsqueeze(mask_w, [1, 2]), ctx.op.Unsqueeze(feats, [3]), low)
-    row_max = reduce(ctx, "ReduceMax", masked_w, [4], keepdims=0)
+    row_max = reduce(ctx, "ReduceMax", masked_w, [4], 0)
     row_arg = ctx.op.ArgMax(masked_w, axis=4, keepdims=0)  # (K, C, H, pw)
     # (K, C, 1, H, pw) against (K, 1, ph, H, 1) → over H: (K, C, ph, pw)
     masked_h = ctx.op.Where(ctx.op.Unsqueeze(mask_h, [1, 4]), ctx.op.Unsqueeze(row_max, [2]), low)
@@ -226,7 +227,7 @@ def ps_roi_align(ctx, input, rois, spatial_scale, pooled_height, pooled_width, s
     picked = ctx.op.Gather(grid, diagonal, axis=2)
     out = ctx.op.Reshape(picked, ctx.op.Concat(k, ctx.const([-1, ph, pw], torch.int64), axis=0))
     out = ctx.cast(out, dtype)
-    if 1 not in used_outputs(ctx):
+    if 1 not in ctx.used_outputs():
         return out, ctx.const(torch.zeros([0], dtype=torch.int32), torch.int32)
     # channel_mapping[k, c, i, j] = c*bins + i*pw + j (int32), for backward passes.
     c_out = ctx.op.Div(dim_size(ctx, input, 1), ctx.const([bins], torch.int64))
