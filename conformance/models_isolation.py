@@ -149,8 +149,8 @@ def _preload() -> None:
         "exporter",
         "model_zoo",
         "conformance.models_runner",
-        "conformance.models_exporters",
-        "conformance.models_session",
+        "conformance.exporters",
+        "conformance.session",
     ):
         try:
             importlib.import_module(name)

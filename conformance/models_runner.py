@@ -90,10 +90,10 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     import onnx
     import torch
 
-    from conformance import models_io
-    from conformance.models_exporters import export_model
-    from conformance.models_session import ModelSession
+    from conformance import flat_io
+    from conformance.exporters import export_model
     from conformance.repro import write_artifacts
+    from conformance.session import ModelSession
     from exporter.diagnostics.compare import (
         SCALE,
         compare_outputs,
@@ -112,9 +112,9 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         raise StageFailed("export", _setup_error("building the model case", exc)) from exc
     if key.dtype == "f16":
         module = module.to(torch.float16)
-        args, kwargs = models_io.cast_floats((args, kwargs), torch.float16)
+        args, kwargs = flat_io.cast_floats((args, kwargs), torch.float16)
         if second is not None:
-            second = models_io.cast_floats(second, torch.float16)
+            second = flat_io.cast_floats(second, torch.float16)
     expected = _eager(module, args, kwargs, "the example inputs")
     expected2 = _eager(module, *second, "the second inputs") if second is not None else None
     outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
@@ -149,15 +149,15 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         outcome.extra["vacuity"] = described[:MAX_DESCRIBED_OUTPUTS]
 
     dynamic_shapes = case.dynamic_shapes if key.dynamic else None
-    inputs = models_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
-    feeds = models_io.feeds(inputs)
-    expected_np = [models_io.to_numpy(t) for t in models_io.flat_outputs(expected)]
+    inputs = flat_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
+    feeds = flat_io.feeds(inputs)
+    expected_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected)]
     feeds2 = expected2_np = None
     if second is not None:
-        inputs2 = models_io.flat_inputs(module, *second, case.dynamic_shapes)
-        feeds2 = models_io.feeds(inputs2)
-        expected2_np = [models_io.to_numpy(t) for t in models_io.flat_outputs(expected2)]
-        outcome.extra["second_inputs"] = models_io.shapes_text(feeds2)
+        inputs2 = flat_io.flat_inputs(module, *second, case.dynamic_shapes)
+        feeds2 = flat_io.feeds(inputs2)
+        expected2_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected2)]
+        outcome.extra["second_inputs"] = flat_io.shapes_text(feeds2)
     # Inputs and expected outputs go to disk before the export, so that even an export that
     # kills the process leaves them behind for the repro directory.
     write_artifacts(
@@ -169,7 +169,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
             "rtol": rtol,
             "atol": atol,
             "rule": SCALE,
-            "dynamic_axes": models_io.dynamic_axes(inputs) if key.dynamic else {},
+            "dynamic_axes": flat_io.dynamic_axes(inputs) if key.dynamic else {},
             "rerun": rerun_command(key),
         },
         feeds=feeds,
@@ -190,8 +190,8 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
         export_model(
             key.exporter,
             module,
-            models_io.clone_tree(args),
-            models_io.clone_tree(kwargs),
+            flat_io.clone_tree(args),
+            flat_io.clone_tree(kwargs),
             inputs=inputs,
             dynamic_shapes=dynamic_shapes,
             opset=key.opset,
@@ -280,7 +280,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
             "second-shape",
             "export specialised dimension(s) asked to be dynamic: "
             + "; ".join(specialised)
-            + f"; the second inputs are {models_io.shapes_text(feeds2)}",
+            + f"; the second inputs are {flat_io.shapes_text(feeds2)}",
         )
     started = time.perf_counter()
     try:
@@ -304,7 +304,7 @@ def _run(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome) -> No
     if not result2.ok:
         raise StageFailed(
             "second-shape",
-            f"{result2.message} (second inputs: {models_io.shapes_text(feeds2)})",
+            f"{result2.message} (second inputs: {flat_io.shapes_text(feeds2)})",
         )
 
 
@@ -340,7 +340,7 @@ def _eager(module, args: tuple, kwargs: dict, what: str) -> Any:
     its inputs must not change what the exporter sees."""
     import torch
 
-    from conformance.models_io import clone_tree
+    from conformance.flat_io import clone_tree
 
     torch.manual_seed(0)
     try:
@@ -355,7 +355,7 @@ def _eager_noise(module, args: tuple, kwargs: dict, expected: Any) -> float | No
     against a float64 run; None when the float64 run fails or gives other shapes."""
     import torch
 
-    from conformance.models_io import cast_floats, clone_tree, flat_outputs
+    from conformance.flat_io import cast_floats, clone_tree, flat_outputs
     from model_zoo.vacuity import output_scale
 
     torch.manual_seed(0)

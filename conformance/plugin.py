@@ -197,7 +197,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = _parse_options(config)
     config.stash[_OPTIONS_KEY] = options
     if "cuda" in options.providers and not _is_worker(config):
-        from conformance.providers import cuda_available
+        from conformance.session import cuda_available
 
         if not cuda_available():
             raise pytest.UsageError(

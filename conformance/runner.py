@@ -137,9 +137,10 @@ def _run(case: OpCase, scratch: Path, announce, policy, outcome: CaseOutcome) ->
     import torch
 
     from conformance import exporters, shapes
-    from conformance.modules import clone_tensors, to_numpy
-    from conformance.providers import Session
+    from conformance.flat_io import to_numpy
+    from conformance.modules import clone_tensors
     from conformance.repro import update_meta, write_artifacts
+    from conformance.session import Session
     from exporter.diagnostics import second_shape
     from exporter.diagnostics.compare import ELEMENT, compare_outputs, max_or_none
 
