@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from conformance import expectations as expectations_mod
-from conformance import models_cases, runs
+from conformance import model_cases, runs
 from conformance import planted as planted_cases
 from conformance.cases import (
     DTYPES,
@@ -45,7 +45,7 @@ from conformance.cases import (
     parse_shard,
 )
 from conformance.families import op_family
-from conformance.models_cases import ModelCaseId, is_model_id, parse_model_id
+from conformance.model_cases import ModelCaseId, is_model_id, parse_model_id
 
 DEFAULT_OPSET = 20
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -253,7 +253,7 @@ def _configure_models(config: pytest.Config) -> None:
     if get("model_case_timeout") <= 0:
         raise pytest.UsageError("--model-case-timeout must be positive")
     try:
-        models_cases.use_extra_case_files(get("model_cases") or [])
+        model_cases.use_extra_case_files(get("model_cases") or [])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     names = tuple(get("models")) if get("models") else None
@@ -377,7 +377,7 @@ def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
     if not options.enabled:
         return []
     try:
-        selected = models_cases.collect(
+        selected = model_cases.collect(
             tier=shared.tier,
             names=options.names,
             dtypes=shared.dtypes,
@@ -393,7 +393,7 @@ def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
     if options.names and not selected and not shared.shard:
         raise pytest.UsageError(
             f"--models {' '.join(options.names)}: no model of tier {shared.tier!r} matches "
-            f"(dtypes {', '.join(shared.dtypes)}; models run in {', '.join(models_cases.MODEL_DTYPES)}). "
+            f"(dtypes {', '.join(shared.dtypes)}; models run in {', '.join(model_cases.MODEL_DTYPES)}). "
             "List them with: python -m model_zoo list --tier full"
         )
     for key, case in selected:
@@ -404,7 +404,7 @@ def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
 def family_of(model: str) -> str:
     if model not in _MODEL_FAMILY:
         try:
-            _MODEL_FAMILY[model] = models_cases.find_case(model).family
+            _MODEL_FAMILY[model] = model_cases.find_case(model).family
         except Exception:  # noqa: BLE001 - only a label for a crash row
             _MODEL_FAMILY[model] = model.split("/", 1)[0]
     return _MODEL_FAMILY[model]
@@ -686,10 +686,10 @@ def conformance_runtime(request: pytest.FixtureRequest):
 
 class ModelRuntime:
     """Runs each model case in a fresh process forked from this worker's zygote
-    (``models_isolation.py``); rows, scratch and judging are the worker's ``CaseRuntime``'s."""
+    (``isolation.py``); rows, scratch and judging are the worker's ``CaseRuntime``'s."""
 
     def __init__(self, base, options: ModelOptions):
-        from conformance.models_isolation import ForkingModelChild
+        from conformance.isolation import ForkingModelChild
 
         self.base = base  # rows file, scratch, in-flight marker, versions
         self.options = options
@@ -720,7 +720,7 @@ class ModelRuntime:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
 
         def inline(scratch, announce) -> dict[str, Any]:
-            from conformance.models_runner import run_model_case
+            from conformance.runner import run_model_case
 
             return run_model_case(key.id, scratch, announce=announce).to_dict()
 

@@ -2,7 +2,7 @@
 
 Each item is one zoo model x dtype x shape mode x opset x provider x exporter x optimize, with
 an id such as ``model::torchvision/resnet18::f32::dynamic::opset20::cpu::ours::opt``; see
-``conformance/plugin.py`` for the options that select them and ``models_runner.py`` for
+``conformance/plugin.py`` for the options that select them and ``runner.py`` (``run_model_case``) for
 what a case does.
 """
 
