@@ -46,6 +46,7 @@ from conformance.cases import (
 )
 from conformance.families import op_family
 from conformance.model_cases import ModelCaseId, is_model_id, parse_model_id
+from conformance.runs import case_id_of
 
 DEFAULT_OPSET = 20
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -432,17 +433,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_case" in metafunc.fixturenames:
         keys = collect_model_cases(metafunc.config)
         metafunc.parametrize("model_case", keys, ids=[key.id for key in keys])
-
-
-def case_id_of(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return None
-    for value in callspec.params.values():
-        case_id = getattr(value, "id", None)
-        if isinstance(case_id, str) and case_id.startswith(("op::", "model::")):
-            return case_id
-    return None
 
 
 @pytest.hookimpl(trylast=True)
