@@ -263,7 +263,7 @@ def repro(args: list[str]) -> int:
     options = parser.parse_args(args)
 
     from conformance.cases import parse_case_id
-    from conformance.models_cases import is_model_id, parse_model_id
+    from conformance.model_cases import is_model_id, parse_model_id
     from conformance.repro import keep_repro
 
     model = is_model_id(options.case_id)
@@ -276,7 +276,7 @@ def repro(args: list[str]) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     if options.in_process:
         if model:
-            from conformance.models_runner import run_model_case
+            from conformance.runner import run_model_case
 
             outcome = run_model_case(case.id, scratch).to_dict()
         else:
@@ -285,7 +285,7 @@ def repro(args: list[str]) -> int:
             outcome = run_op_case(case, scratch).to_dict()
     else:
         if model:
-            from conformance.models_isolation import ForkingModelChild as Child
+            from conformance.isolation import ForkingModelChild as Child
         else:
             from conformance.isolation import CaseChild as Child
 

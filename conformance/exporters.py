@@ -1,20 +1,35 @@
 """Exporter adapters: one call signature for our exporter and torch.onnx's two exporters.
 
-Each adapter takes a ``forward(*tensors)`` module, its tensors, whether to export with dynamic
+Op cases (``export_case``): each adapter takes a ``forward(*tensors)`` module, its tensors, whether to export with dynamic
 shapes and the target opset, and returns the ONNX model plus the names of its inputs in the order
-of the tensors. torch.onnx appears here only as the exporter we compare against.
+of the tensors.
+
+Model cases (``export_model``): all three take the model's real ``(args, kwargs)`` and the
+harness's input names, and write ``path`` (external data beside it for big models). ``ours`` and
+``torch-dynamo`` get the case's dynamic shapes tree with user axis names as it is;
+``torch-script`` gets the same request as ``dynamic_axes`` keyed by input name, and ``optimize``
+becomes its constant folding switch.
+
+torch.onnx appears here only as the exporter we compare against, run as shipped (no capture
+patches: they are ours).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import io
 import warnings
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import onnx
+import torch
 
-from conformance import shapes
+from conformance import flat_io, shapes
+from conformance.flat_io import FlatInput
 
 
 @dataclasses.dataclass
@@ -44,8 +59,6 @@ def export_ours(module, inputs: tuple, *, dynamic: bool, opset: int) -> Exported
 
 
 def export_torch_dynamo(module, inputs: tuple, *, dynamic: bool, opset: int) -> Exported:
-    import torch
-
     names = input_names_for(inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -62,8 +75,6 @@ def export_torch_dynamo(module, inputs: tuple, *, dynamic: bool, opset: int) -> 
 
 
 def export_torch_script(module, inputs: tuple, *, dynamic: bool, opset: int) -> Exported:
-    import torch
-
     names = input_names_for(inputs)
     buffer = io.BytesIO()
     with warnings.catch_warnings():
@@ -96,3 +107,117 @@ def export_case(exporter_name: str, module, inputs: tuple, *, dynamic: bool, ops
             f"unknown exporter {exporter_name!r}; choose one of {', '.join(EXPORTERS)}"
         ) from None
     return adapter(module, inputs, dynamic=dynamic, opset=opset)
+
+
+def export_model(
+    exporter_name: str,
+    module: torch.nn.Module,
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    inputs: list[FlatInput],
+    dynamic_shapes: Any,
+    opset: int,
+    optimize: bool,
+    path: Path,
+    custom_translation_table: dict | None = None,
+    capture: str | None = None,
+) -> None:
+    names = [item.name for item in inputs]
+    if exporter_name == "ours":
+        _export_ours(
+            module,
+            args,
+            kwargs,
+            names=names,
+            dynamic_shapes=dynamic_shapes,
+            opset=opset,
+            optimize=optimize,
+            path=path,
+            custom_translation_table=custom_translation_table,
+            capture=capture,
+        )
+    elif exporter_name == "torch-dynamo":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                module,
+                args,
+                kwargs=kwargs,
+                dynamo=True,
+                dynamic_shapes=dynamic_shapes,
+                input_names=names,
+                opset_version=opset,
+                optimize=optimize,
+                custom_translation_table=custom_translation_table,
+                verbose=False,
+            )
+            program.save(str(path))
+    elif exporter_name == "torch-script":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                kwargs=kwargs or None,
+                dynamo=False,
+                input_names=names,
+                dynamic_axes=flat_io.dynamic_axes(inputs) if dynamic_shapes is not None else None,
+                opset_version=opset,
+                do_constant_folding=optimize,
+                verbose=False,
+            )
+    else:
+        raise ValueError(
+            f"unknown exporter {exporter_name!r}; choose one of ours, torch-dynamo, torch-script"
+        )
+
+
+def _export_ours(
+    module,
+    args,
+    kwargs,
+    *,
+    names,
+    dynamic_shapes,
+    opset,
+    optimize,
+    path,
+    custom_translation_table,
+    capture,
+) -> None:
+    import exporter
+
+    extra: dict[str, Any] = {}
+    patches: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if capture is not None:
+        if "capture_patches" in inspect.signature(exporter.export).parameters:
+            extra["capture_patches"] = [capture]
+        else:
+            patches = _capture_patch(capture)()
+    with patches:
+        program = exporter.export(
+            module,
+            args,
+            kwargs=kwargs,
+            dynamic_shapes=dynamic_shapes,
+            input_names=names,
+            opset_version=opset,
+            optimize=optimize,
+            custom_translation_table=custom_translation_table,
+            **extra,
+        )
+    program.save(str(path))
+
+
+def _capture_patch(name: str) -> Callable[[], contextlib.AbstractContextManager]:
+    from exporter._capture_patches import CAPTURE_PATCHES
+
+    try:
+        return CAPTURE_PATCHES[name]
+    except KeyError:
+        raise ValueError(
+            f"the model case asks for capture strategy {name!r}, which the exporter does not "
+            f"offer; known: {', '.join(CAPTURE_PATCHES)}"
+        ) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
@@ -77,14 +76,3 @@ def flatten_outputs(result: Any) -> tuple[torch.Tensor, ...]:
 
 def clone_tensors(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(t.clone() for t in tensors)
-
-
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A contiguous numpy copy; bfloat16 goes through ml_dtypes, which numpy lacks natively."""
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return np.array(tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16), order="C")
-    # np.array, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
-    return np.array(tensor.resolve_conj().resolve_neg().numpy(), order="C")

@@ -2,12 +2,17 @@
 expectations, one result row per case, JUnit properties.
 
 Collection turns the options into one pytest item per case (``op_case`` parameter of
-``test_ops.py``); model cases (``test_models.py``) are the business of ``models_plugin.py``,
-which adds its options here and registers itself from ``pytest_configure``. Running an item goes through ``CaseRuntime.run_op_case``: the case runs in a
-persistent child process (see ``isolation.py``), its outcome is judged against the exporter's
-expectations file, a row is appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not
-pass, the repro directory is kept. Controller-side hooks add global JUnit properties, turn a
-crashed worker into a ``crash`` row, and write ``--update-expectations`` proposals.
+``test_ops.py``) and one per model case (``model_case`` parameter of ``test_models.py``).
+Running an item goes through ``CaseRuntime.run_op_case`` or ``ModelRuntime.run_model_case``, both
+one body (``CaseRuntime.judge_and_record``): the case runs in an isolating child process (see
+``isolation.py``), its outcome is judged against the exporter's expectations file, a row is
+appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not pass, the repro directory is
+kept. Controller-side hooks add global JUnit properties, turn a crashed worker into a ``crash``
+row, and write ``--update-expectations`` proposals.
+
+Op expectations live in ``expectations/<exporter>.toml``, model expectations in
+``expectations/models-<exporter>.toml`` (same format; a model entry matches on model, family,
+dtype, shapes, opset, provider, exporter, optimize, error).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from typing import Any
 import pytest
 
 from conformance import expectations as expectations_mod
+from conformance import model_cases, runs
 from conformance import planted as planted_cases
-from conformance import runs
 from conformance.cases import (
     DTYPES,
     EXPORTERS,
@@ -40,6 +45,8 @@ from conformance.cases import (
     parse_shard,
 )
 from conformance.families import op_family
+from conformance.model_cases import ModelCaseId, is_model_id, parse_model_id
+from conformance.runs import case_id_of
 
 DEFAULT_OPSET = 20
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -47,6 +54,8 @@ DEFAULT_CASE_TIMEOUT_S = 120.0
 BACKSTOP_SLACK_S = 120.0
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 ROW_STATUSES_WITH_REPRO = ("fail", "xfail", "crash", "timeout")
+DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
+OPTIMIZE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +82,16 @@ class Options:
         return self.results / ".cache"
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    names: tuple[str, ...] | None
+    optimize: tuple[bool, ...]
+    case_timeout: float
+    enabled: bool  # False when --ops narrows the run to op cases
+
+
 _OPTIONS_KEY = pytest.StashKey[Options]()
+_MODEL_OPTIONS_KEY = pytest.StashKey[ModelOptions]()
 
 
 # --------------------------------------------------------------------------- options
@@ -131,9 +149,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--isolation", choices=("child", "none"), default="child", help=argparse.SUPPRESS
     )
-    from conformance import models_plugin
-
-    models_plugin.add_options(group)
+    group.addoption(
+        "--models",
+        action="append",
+        help="glob over zoo model names, e.g. 'torchvision/*' (repeatable; default: the --tier)",
+    )
+    group.addoption(
+        "--optimize",
+        choices=tuple(OPTIMIZE_CHOICES),
+        default="on",
+        help="model cases: export with the exporter's graph optimisation on, off or both "
+        "(default on)",
+    )
+    group.addoption(
+        "--model-case-timeout",
+        type=float,
+        default=DEFAULT_MODEL_CASE_TIMEOUT_S,
+        help=f"seconds one model case may take (default {DEFAULT_MODEL_CASE_TIMEOUT_S:g})",
+    )
+    # For the harness's own tests: Python files defining model_cases(), replacing the zoo.
+    group.addoption("--model-cases", action="append", help=argparse.SUPPRESS)
 
 
 def _parse_options(config: pytest.Config) -> Options:
@@ -197,7 +232,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = _parse_options(config)
     config.stash[_OPTIONS_KEY] = options
     if "cuda" in options.providers and not _is_worker(config):
-        from conformance.providers import cuda_available
+        from conformance.session import cuda_available
 
         if not cuda_available():
             raise pytest.UsageError(
@@ -210,10 +245,40 @@ def pytest_configure(config: pytest.Config) -> None:
             expectations_mod.load_expectations(options.expectations_dir / f"{exporter}.toml")
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-    from conformance import models_plugin
-
     runs.configure(config, options.results, options.resume)
-    models_plugin.configure(config)
+    _configure_models(config)
+
+
+def _configure_models(config: pytest.Config) -> None:
+    get = config.getoption
+    if get("model_case_timeout") <= 0:
+        raise pytest.UsageError("--model-case-timeout must be positive")
+    try:
+        model_cases.use_extra_case_files(get("model_cases") or [])
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    names = tuple(get("models")) if get("models") else None
+    options = ModelOptions(
+        names=names,
+        optimize=OPTIMIZE_CHOICES[get("optimize")],
+        case_timeout=get("model_case_timeout"),
+        enabled=names is not None or not (get("ops") or get("planted")),
+    )
+    config.stash[_MODEL_OPTIONS_KEY] = options
+    shared = get_options(config)
+    for exporter in shared.exporters:
+        try:
+            expectations_mod.load_expectations(model_expectations_path(shared, exporter))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def get_model_options(config: pytest.Config) -> ModelOptions:
+    return config.stash[_MODEL_OPTIONS_KEY]
+
+
+def model_expectations_path(options: Options, exporter: str) -> Path:
+    return options.expectations_dir / f"models-{exporter}.toml"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -223,8 +288,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"conformance: exporters={','.join(o.exporters)} dtypes={','.join(o.dtypes)} "
         f"shapes={','.join(o.shapes)} opsets={','.join(map(str, o.opsets))} "
         f"providers={','.join(o.providers)} samples={samples} results={o.results}"
-        + (f" shard={o.shard[0]}/{o.shard[1]}" if o.shard else "")
+        + (f" shard={o.shard[0]}/{o.shard[1]}" if o.shard else ""),
+        _models_header(config),
     ]
+
+
+def _models_header(config: pytest.Config) -> str:
+    options = get_model_options(config)
+    if not options.enabled:
+        return "conformance models: off (--ops without --models)"
+    flags = ",".join("opt" if flag else "noopt" for flag in options.optimize)
+    return (
+        f"conformance models: tier={get_options(config).tier} optimize={flags} "
+        f"case-timeout={options.case_timeout:g}s"
+        + (f" models={','.join(options.names)}" if options.names else "")
+    )
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -291,24 +369,73 @@ def collect_op_cases(options: Options) -> list[OpCase]:
     return [case for case in cases if in_shard(case.id, options.shard)]
 
 
+#: zoo model name -> family, filled at collection, read for facts and crash rows.
+_MODEL_FAMILY: dict[str, str] = {}
+
+
+def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
+    shared, options = get_options(config), get_model_options(config)
+    if not options.enabled:
+        return []
+    try:
+        selected = model_cases.collect(
+            tier=shared.tier,
+            names=options.names,
+            dtypes=shared.dtypes,
+            shapes=shared.shapes,
+            opsets=shared.opsets,
+            providers=shared.providers,
+            exporters=shared.exporters,
+            optimize=options.optimize,
+            shard=shared.shard,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if options.names and not selected and not shared.shard:
+        raise pytest.UsageError(
+            f"--models {' '.join(options.names)}: no model of tier {shared.tier!r} matches "
+            f"(dtypes {', '.join(shared.dtypes)}; models run in {', '.join(model_cases.MODEL_DTYPES)}). "
+            "List them with: python -m model_zoo list --tier full"
+        )
+    for key, case in selected:
+        _MODEL_FAMILY[key.model] = case.family
+    return [key for key, _ in selected]
+
+
+def family_of(model: str) -> str:
+    if model not in _MODEL_FAMILY:
+        try:
+            _MODEL_FAMILY[model] = model_cases.find_case(model).family
+        except Exception:  # noqa: BLE001 - only a label for a crash row
+            _MODEL_FAMILY[model] = model.split("/", 1)[0]
+    return _MODEL_FAMILY[model]
+
+
+def model_facts(key: ModelCaseId) -> dict[str, Any]:
+    """What an expectation's ``match`` can look at for a model case."""
+    return {
+        "id": key.id,
+        "model": key.model,
+        "family": family_of(key.model),
+        "dtype": key.dtype,
+        "shapes": key.shapes,
+        "opset": key.opset,
+        "provider": key.provider,
+        "exporter": key.exporter,
+        "optimize": key.optimize,
+    }
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "op_case" not in metafunc.fixturenames:
-        return
-    cases = collect_op_cases(get_options(metafunc.config))
-    metafunc.parametrize("op_case", cases, ids=[case.id for case in cases])
+    if "op_case" in metafunc.fixturenames:
+        cases = collect_op_cases(get_options(metafunc.config))
+        metafunc.parametrize("op_case", cases, ids=[case.id for case in cases])
+    if "model_case" in metafunc.fixturenames:
+        keys = collect_model_cases(metafunc.config)
+        metafunc.parametrize("model_case", keys, ids=[key.id for key in keys])
 
 
-def case_id_of(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return None
-    for value in callspec.params.values():
-        case_id = getattr(value, "id", None)
-        if isinstance(case_id, str) and case_id.startswith(("op::", "model::")):
-            return case_id
-    return None
-
-
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
@@ -323,11 +450,23 @@ def pytest_collection_modifyitems(
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
-    backstop = options.case_timeout + (BACKSTOP_SLACK_S if options.isolation == "child" else 0)
+    slack = BACKSTOP_SLACK_S if options.isolation == "child" else 0
+    op_backstop = options.case_timeout + slack
+    model_backstop = get_model_options(config).case_timeout + slack
+    keep, drop = [], []
     for item in items:
-        # Model cases get their own, longer deadline (models_plugin).
-        if (case_id_of(item) or "").startswith("op::"):
-            item.add_marker(pytest.mark.timeout(backstop))
+        case_id = case_id_of(item) or ""
+        if case_id.startswith("op::"):
+            item.add_marker(pytest.mark.timeout(op_backstop))
+        elif is_model_id(case_id):
+            item.add_marker(pytest.mark.timeout(model_backstop))
+        elif getattr(item, "originalname", None) == "test_model":
+            drop.append(item)  # the placeholder of an empty selection: not a real case
+            continue
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 # --------------------------------------------------------------------------- running a case
@@ -535,6 +674,69 @@ def conformance_runtime(request: pytest.FixtureRequest):
     runtime.close()
 
 
+class ModelRuntime:
+    """Runs each model case in a fresh process forked from this worker's zygote
+    (``isolation.py``); rows, scratch and judging are the worker's ``CaseRuntime``'s."""
+
+    def __init__(self, base, options: ModelOptions):
+        from conformance.isolation import ForkingModelChild
+
+        self.base = base  # rows file, scratch, in-flight marker, versions
+        self.options = options
+        self.child = ForkingModelChild()
+        self._expectations: dict[str, list] = {}
+
+    def close(self) -> None:
+        self.child.close()
+
+    def expectations(self, exporter: str) -> list:
+        if exporter not in self._expectations:
+            path = model_expectations_path(self.base.options, exporter)
+            self._expectations[exporter] = expectations_mod.load_expectations(path)
+        return self._expectations[exporter]
+
+    def run_model_case(self, key: ModelCaseId, record_property) -> None:
+        facts = model_facts(key)
+        self.base.judge_and_record(
+            key.id,
+            facts,
+            self.expectations(key.exporter),
+            lambda: self._run(key, facts),
+            lambda fields: self._row(key, fields),
+            lambda row: self._finish(row, record_property),
+        )
+
+    def _run(self, key: ModelCaseId, facts: dict[str, Any]) -> dict[str, Any]:
+        """The case's outcome as a dict of row fields, whatever happens to the child."""
+
+        def inline(scratch, announce) -> dict[str, Any]:
+            from conformance.runner import run_model_case
+
+            return run_model_case(key.id, scratch, announce=announce).to_dict()
+
+        return run_isolated(self.base, key, facts, self.child, self.options.case_timeout, inline)
+
+    def _row(self, key: ModelCaseId, fields: dict[str, Any]):
+        extra = dict(fields.pop("extra", None) or {})
+        extra["worker"] = self.base.worker
+        return new_row(_model_identity(key), self.base.versions, extra, fields)
+
+    def _finish(self, row, record_property) -> None:
+        self.base._finish(row, record_property)
+        for key in ("node_count", "latency_ms", "session_create_s"):
+            if getattr(row, key) is not None:
+                record_property(key, getattr(row, key))
+        if row.extra.get("max_rel_scale") is not None:
+            record_property("max_rel_scale", row.extra["max_rel_scale"])
+
+
+@pytest.fixture(scope="session")
+def conformance_model_runtime(request: pytest.FixtureRequest, conformance_runtime):
+    runtime = ModelRuntime(conformance_runtime, get_model_options(request.config))
+    yield runtime
+    runtime.close()
+
+
 # --------------------------------------------------------------------------- controller side
 
 
@@ -562,6 +764,18 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     """A whole xdist worker died running ``crashitem``: write its ``crash`` row."""
     options = get_options(report.node.config)
     case_id = _case_id_from_nodeid(crashitem)
+    if is_model_id(case_id):
+        key = parse_model_id(case_id)
+        record_worker_crash(
+            report,
+            case_id,
+            expectations_path=model_expectations_path(options, key.exporter),
+            facts_of=lambda inflight: model_facts(key),
+            make_row=lambda facts, worker: new_row(
+                _model_identity(key), versions(), {"worker": worker}
+            ),
+        )
+        return None
     if case_id is None or not case_id.startswith("op::"):
         return None
     case = parse_case_id(case_id)
@@ -592,6 +806,13 @@ def _op_identity(case: OpCase) -> dict[str, Any]:
         "exporter": case.exporter,
         "sample": case.sample,
     }
+
+
+def _model_identity(key: ModelCaseId) -> dict[str, Any]:
+    """The row fields that say which model case a row is about: its facts, with the model as
+    the row's subject."""
+    facts = model_facts(key)
+    return {"kind": "model", "subject": facts.pop("model"), **facts}
 
 
 def new_row(identity: dict[str, Any], versions: dict[str, str], extra, fields=None):
@@ -659,6 +880,14 @@ def _write_proposals(config: pytest.Config, options: Options) -> None:
     write_proposals(
         config, ids, options, lambda exporter: options.expectations_dir / f"{exporter}.toml"
     )
+    if get_model_options(config).enabled:
+        write_proposals(
+            config,
+            {key.id for key in collect_model_cases(config)},
+            options,
+            lambda exporter: model_expectations_path(options, exporter),
+            facts_of=lambda row: model_facts(parse_model_id(row.id)),
+        )
 
 
 def write_proposals(config: pytest.Config, ids: set[str], options: Options, path_of, facts_of=None):

@@ -108,8 +108,6 @@ class RunRecorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_collection_modifyitems(self, session, config, items) -> Iterator[None]:
-        from conformance.plugin import case_id_of
-
         # Before --resume deselects the finished cases: the manifest lists the whole run.
         self.collected = [case_id for case_id in map(case_id_of, items) if case_id]
         yield
@@ -233,3 +231,14 @@ def _lock_holder(inode: int) -> str:
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
                 return f"pid {pid}: {command.decode(errors='replace').strip()}"
     return "holder unknown"
+
+
+def case_id_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for value in callspec.params.values():
+        case_id = getattr(value, "id", None)
+        if isinstance(case_id, str) and case_id.startswith(("op::", "model::")):
+            return case_id
+    return None

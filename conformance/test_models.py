@@ -2,20 +2,9 @@
 
 Each item is one zoo model x dtype x shape mode x opset x provider x exporter x optimize, with
 an id such as ``model::torchvision/resnet18::f32::dynamic::opset20::cpu::ours::opt``; see
-``conformance/models_plugin.py`` for the options that select them and ``models_runner.py`` for
+``conformance/plugin.py`` for the options that select them and ``runner.py`` (``run_model_case``) for
 what a case does.
 """
-
-import pytest
-
-from conformance.models_plugin import ModelRuntime, get_model_options
-
-
-@pytest.fixture(scope="session")
-def conformance_model_runtime(request, conformance_runtime):
-    runtime = ModelRuntime(conformance_runtime, get_model_options(request.config))
-    yield runtime
-    runtime.close()
 
 
 def test_model(model_case, conformance_model_runtime, record_property):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.models_cases import ModelCaseId, parse_model_id
+from conformance.model_cases import ModelCaseId, parse_model_id
 from reports.rows import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Model inputs and outputs as flat lists of named tensors, the way ONNX sees them.
+"""Inputs and outputs as flat lists of tensors, the way ONNX sees them, and their numpy copies.
 
 Exporters flatten ``(args, kwargs)`` with pytree (keywords in the order given) and drop
 everything that is not a tensor; outputs the same way, ``None`` dropped. The harness names every
@@ -106,7 +106,14 @@ def flat_outputs(outputs: Any) -> list[torch.Tensor]:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().contiguous().numpy()
+    """A contiguous numpy copy; bfloat16 goes through ml_dtypes, which numpy lacks natively."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return np.array(tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16), order="C")
+    # np.array, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
+    return np.array(tensor.resolve_conj().resolve_neg().numpy(), order="C")
 
 
 def clone_tree(tree: Any) -> Any:
