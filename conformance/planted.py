@@ -29,7 +29,7 @@ PLANTED = {
     "worker_crash": "os.abort() in the pytest worker itself: crash row from the xdist controller",
     "segfault": "a read of address 0 in the exporter: crash (SIGSEGV) at export",
     "sigkill": "the exporter SIGKILLs its own process: crash (SIGKILL) at export",
-    "huge_alloc": "the exporter allocates 40 GB: fails at export (MemoryError) under the limit",
+    "huge_alloc": "the exporter allocates 40 GB: crash (oom) at export under the per-case memory limit",
     "slow": f"the exporter sleeps {SLOW_S:g} s, then passes: a run to interrupt mid-way",
 }
 #: Planted faults the model cases of ``model_cases()`` carry (``planted/<fault>``).

@@ -107,6 +107,20 @@ def error_text(error: BaseException | str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+def _record_failure(outcome, failure: _StageFailed) -> None:
+    """A stage's failure as the outcome: ``fail``, or ``crash`` with an ``oom:`` signature when
+    the case ran out of the memory its process may use (the harness's per-case limit), which
+    says nothing about the exporter's correctness and must not read as a wrong result."""
+    error = failure.error
+    out_of_memory = isinstance(error, BaseException) and isinstance(root_cause(error), MemoryError)
+    outcome.status = "crash" if out_of_memory else "fail"
+    outcome.stage = failure.stage
+    outcome.error = error_text(error)
+    outcome.error_signature = signature_of(error)
+    if out_of_memory:
+        outcome.error_signature = f"oom: {outcome.error_signature}"
+
+
 def run_op_case(
     case: OpCase,
     scratch: Path,
@@ -124,10 +138,7 @@ def run_op_case(
     try:
         _run(case, scratch, announce, policy, outcome)
     except _StageFailed as failure:
-        outcome.status = "fail"
-        outcome.stage = failure.stage
-        outcome.error = error_text(failure.error)
-        outcome.error_signature = signature_of(failure.error)
+        _record_failure(outcome, failure)
     except _Skip as skip:
         outcome.status = "skip"
         outcome.error = str(skip)
@@ -437,10 +448,7 @@ def run_model_case(
     try:
         _run_model(key, scratch, announce, outcome)
     except _StageFailed as failure:
-        outcome.status = "fail"
-        outcome.stage = failure.stage
-        outcome.error = error_text(failure.error)
-        outcome.error_signature = signature_of(failure.error)
+        _record_failure(outcome, failure)
         if isinstance(failure.error, ModelSetupError):
             outcome.error_signature = f"ModelSetupError: {outcome.error_signature}"
     finally:

@@ -448,8 +448,8 @@ def test_a_huge_allocation_costs_one_row_and_nothing_else(tmp_path):
     )
     rows = {row.id: row for row in scan_rows([results]).rows}
     huge = rows[_case("huge_alloc")]
-    assert (huge.status, huge.stage) == ("fail", "export"), proc.stdout[-2000:]
-    assert huge.error_signature.startswith("MemoryError")
+    assert (huge.status, huge.stage) == ("crash", "export"), proc.stdout[-2000:]
+    assert huge.error_signature.startswith("oom: MemoryError")
     assert rows[_case("pass")].status == "pass"
     assert proc.returncode == 1
 
@@ -555,7 +555,7 @@ def test_planted_model_faults_each_cost_one_row_and_the_run_goes_on(tmp_path):
         _model_case("pass"): ("pass", None),
         _model_case("segfault"): ("crash", "export"),
         _model_case("sigkill"): ("crash", "export"),
-        _model_case("huge_alloc"): ("fail", "export"),
+        _model_case("huge_alloc"): ("crash", "export"),
     }, proc.stdout[-3000:]
     rows = {row.id: row for row in found.rows}
     assert "SIGSEGV" in rows[_model_case("segfault")].error
