@@ -140,6 +140,10 @@ def run(args: list[str]) -> int:
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
     case_memory = _pop_option(args, "--case-memory")
     env = dict(os.environ)
+    # pytest and Python would otherwise leave __pycache__ folders (assertion-rewritten test
+    # modules, the harness's own modules) beside the files a run was pointed at: a run writes
+    # only under the results and reports folders it was given.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     if case_memory is not None:
         try:
             limits.parse_memory(case_memory)
