@@ -331,34 +331,18 @@ def bisect(
             program_outputs, reference_outputs, rtol=rtol, atol=atol
         )
 
-    results = [
-        _bisect_model(
-            models[0][1],
-            models[0][0],
-            fx_nodes,
-            fx_values,
-            feeds,
-            lookup_registry,
-            rtol=rtol,
-            atol=atol,
+    def bisect_entry(entry) -> Any:
+        label, model = entry
+        return _bisect_model(
+            model, label, fx_nodes, fx_values, feeds, lookup_registry, rtol=rtol, atol=atol
         )
-    ]
+
+    results = [bisect_entry(models[0])]
     if results[0].first is None and len(models) > 1:
         if program_vs_reference == "match":
             # The exported model diverges from a reference the program matches, and the
             # unoptimised translation is clean: only optimisation is left; look there.
-            results.append(
-                _bisect_model(
-                    models[1][1],
-                    models[1][0],
-                    fx_nodes,
-                    fx_values,
-                    feeds,
-                    lookup_registry,
-                    rtol=rtol,
-                    atol=atol,
-                )
-            )
+            results.append(bisect_entry(models[1]))
         elif program_vs_reference is None:
             notes.append(
                 "the unoptimised translation matches the exported program everywhere; if the "
