@@ -509,8 +509,11 @@ def run_checker(proto_or_model: Any) -> str:
 
 
 def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+    from exporter import _dtypes
+
     session = program._session
-    return [np.asarray(o) for o in session.run(None, program._feeds(session, args, kwargs))]
+    outputs = _dtypes.run_session(session, program._feeds(session, args, kwargs))
+    return [_dtypes.to_numpy(o) for o in outputs]
 
 
 def _compare_run(
