@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -137,6 +138,7 @@ def run(args: list[str]) -> int:
     from reports.rows import folder_files, repair_torn_tails
 
     args = list(args)
+    typed = shlex.join(["python", "-m", "conformance", "run", *args])
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
     case_memory = _pop_option(args, "--case-memory")
     env = dict(os.environ)
@@ -144,6 +146,7 @@ def run(args: list[str]) -> int:
     # modules, the harness's own modules) beside the files a run was pointed at: a run writes
     # only under the results and reports folders it was given.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[runs.COMMAND_ENV] = typed
     if case_memory is not None:
         try:
             limits.parse_memory(case_memory)

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
 from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
@@ -17,10 +18,14 @@ from reports.summary_md import summary_markdown
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def render_markdown(rows: Sequence[CaseResult], completeness: str | None = None) -> dict[str, str]:
+def render_markdown(
+    rows: Sequence[CaseResult],
+    completeness: str | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, str]:
     """The markdown reports, keyed by file name. Pure: no disk, no matplotlib."""
     return {
-        "summary.md": summary_markdown(rows, completeness),
+        "summary.md": summary_markdown(rows, completeness, runs),
         "ops.md": ops_markdown(rows),
         "models.md": models_markdown(rows),
     }
@@ -33,18 +38,20 @@ def build_reports(
     charts: bool = True,
     missing: Sequence[str] = (),
     completeness: str | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Write summary.md, ops.md, models.md, JUnit XML and charts into ``out_dir``.
 
     ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
-    make an incomplete run read as one. Returns the written paths. Appends summary.md to
+    make an incomplete run read as one; ``runs`` (run manifests) name the commit and command in
+    the summary's header. Returns the written paths. Appends summary.md to
     ``$GITHUB_STEP_SUMMARY`` when it is set.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_outputs(out)
     written = []
-    markdown = render_markdown(rows, completeness)
+    markdown = render_markdown(rows, completeness, runs)
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
     for relative, element in junit_documents(rows, missing).items():
@@ -72,6 +79,7 @@ def build_from_paths(
         charts=charts,
         missing=found.missing,
         completeness=found.completeness(),
+        runs=found.runs,
     )
     return found, written
 

@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from reports.markdown import Table, code, document, heading, text
 from reports.rows import CaseResult
 from reports.tally import (
+    PASSING_DEFINITION,
     combo_label,
     combo_sort_key,
     fraction,
     fraction_with_percent,
     group_by,
-    is_pass,
     pass_count,
     stage_breakdown,
+    subjects_passing,
     top_signature,
     varying_axes,
 )
@@ -65,9 +66,10 @@ def ops_markdown(rows: Sequence[CaseResult]) -> str:
     if not op_rows:
         return document(heading(1, "Ops"), "No op cases in these rows.")
     ops = group_by(op_rows, lambda r: r.subject)
-    clean = sum(1 for group in ops.values() if all(is_pass(row) for row in group))
+    passing, judged = subjects_passing(op_rows)
     intro = (
-        f"{len(ops)} ops, {len(op_rows)} cases; {clean} ops pass every case. "
+        f"{len(ops)} ops, {len(op_rows)} cases; {passing} of the {judged} ops with a case that "
+        f"ran pass. {PASSING_DEFINITION} "
         "Each cell is passed/total cases for one dtype × shapes × provider × exporter; "
         "`all` sums the row. Only `pass` counts as passed."
     )
