@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
+from reports.expectation_links import ExpectationLinks
 from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
@@ -22,12 +23,15 @@ def render_markdown(
     rows: Sequence[CaseResult],
     completeness: str | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
+    links: ExpectationLinks | None = None,
+    out_dir: str | os.PathLike | None = None,
 ) -> dict[str, str]:
-    """The markdown reports, keyed by file name. Pure: no disk, no matplotlib."""
+    """The markdown reports, keyed by file name. No matplotlib; the disk only through
+    ``links`` (the expectation entries behind xfails, linked relative to ``out_dir``)."""
     return {
         "summary.md": summary_markdown(rows, completeness, runs),
-        "ops.md": ops_markdown(rows),
-        "models.md": models_markdown(rows),
+        "ops.md": ops_markdown(rows, links, out_dir),
+        "models.md": models_markdown(rows, links, out_dir),
     }
 
 
@@ -51,7 +55,7 @@ def build_reports(
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_outputs(out)
     written = []
-    markdown = render_markdown(rows, completeness, runs)
+    markdown = render_markdown(rows, completeness, runs, ExpectationLinks(), out)
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
     for relative, element in junit_documents(rows, missing).items():

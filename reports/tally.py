@@ -210,3 +210,17 @@ def status_cell(row: CaseResult) -> str:
 def count_list(counts: Counter[str], axis: str) -> str:
     """``fail×2, xfail×1`` in the axis' preferred order."""
     return ", ".join(f"{value}×{counts[value]}" for value in ordered(counts, axis) if counts[value])
+
+
+#: What an op (model) needs from its reader, most urgent first: a result no expectation
+#: predicted; only failures the expectations predict; every case that ran passed; none ran.
+VERDICTS = ("unexpected", "expected failures", "passing", "not run")
+
+
+def subject_verdict(rows: Sequence[CaseResult]) -> str:
+    if any(is_unexpected(row) for row in rows):
+        return "unexpected"
+    passes = subject_passes(rows)
+    if passes is None:
+        return "not run"
+    return "passing" if passes else "expected failures"

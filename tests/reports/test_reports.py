@@ -298,10 +298,13 @@ def test_empty_rows_say_so(tmp_path):
 
 
 def test_ops_table_cells(markdown):
-    table = by(only_table(markdown["ops.md"]), "op")
-    assert list(table) == sorted(OPS)
+    # Every fixture op has an unexpected result: one table under the elementwise... headings.
+    unexpected = section(markdown["ops.md"], "Ops with unexpected results (4)")
+    table = by([row for found in tables(unexpected) for row in found], "op")
+    assert sorted(table) == sorted(OPS)
+    assert "### elementwise (1)" in unexpected and "### nn (1)" in unexpected
     add = table["add"]
-    assert add["family"] == "elementwise"
+    assert add["unexpected case"] == "op::add::s000::f16::static::opset20::cpu::torch-dynamo (+1)"
     assert add["f32 static cpu ours"] == "2/2"
     assert add["f32 dynamic cpu torch-dynamo"] == "1/2"
     assert add["f16 static cpu torch-dynamo"] == "0/1"
@@ -320,13 +323,14 @@ def test_ops_table_cells(markdown):
 
 def test_ops_table_adds_opset_columns_only_when_opsets_vary(rows):
     op_rows = [r for r in rows if r.kind == "op"]
-    assert not any("opset" in h for h in only_table(render_markdown(op_rows)["ops.md"])[0])
+    assert not any("opset" in h for h in tables(render_markdown(op_rows)["ops.md"])[0][0])
     extra = CaseResult(
         id="op::add::s000::f32::static::opset18::cpu::ours", kind="op", subject="add",
         family="elementwise", dtype="f32", shapes="static", opset=18, provider="cpu",
         exporter="ours", status="pass",
     )  # fmt: skip
-    table = by(only_table(render_markdown([*op_rows, extra])["ops.md"]), "op")
+    found = tables(render_markdown([*op_rows, extra])["ops.md"])
+    table = by([row for rows_of_table in found for row in rows_of_table], "op")
     assert table["add"]["f32 static cpu ours opset18"] == "1/1"
     assert table["add"]["f32 static cpu ours opset20"] == "2/2"
 
@@ -335,8 +339,19 @@ def test_ops_table_adds_opset_columns_only_when_opsets_vary(rows):
 
 
 def test_models_table_cells(markdown):
-    table = by(only_table(markdown["models.md"]), "model")
-    assert list(table) == sorted(MODELS)
+    models_md = markdown["models.md"]
+    table = by([row for found in tables(models_md) for row in found], "model")
+    assert sorted(table) == sorted(MODELS)
+    unexpected = only_table(section(models_md, "Models with unexpected results (2)"))
+    assert [row["model"] for row in unexpected] == [
+        "fasterrcnn_mobilenet_v3_large_fpn",
+        "lstm_bidir",
+    ]
+    # bert's only non-pass is vacuous: no expectation covers it, but it is no failure either.
+    rest = section(models_md, "Models with only expected failures or vacuous cases (1)")
+    assert [row["model"] for row in tables(rest)[0]] == ["bert"]
+    assert "<details><summary>Passing models (1)</summary>" in rest
+    assert [row["model"] for row in tables(rest)[1]] == ["resnet18"]
     resnet = table["resnet18"]
     assert resnet["static ours cpu"] == "pass (2e-06)"  # extra.max_rel_scale wins over max_rel
     assert resnet["static torch-dynamo cpu"] == "pass (4e-06)"  # falls back to max_rel
@@ -746,3 +761,36 @@ def read_rows_with_runs(folder: Path):
     from reports.rows import scan_rows
 
     return scan_rows([folder])
+
+
+def test_expected_failures_show_reason_and_link_to_their_entry(tmp_path):
+    from reports.expectation_links import ExpectationLinks
+    from reports.ops_md import ops_markdown
+
+    folder = tmp_path / "expectations"
+    folder.mkdir()
+    (folder / "ours.toml").write_text(
+        "# header comment\n\n"
+        '[[expectation]]\nid = "op::abs::*"\nstatus = "xfail"\nstage = "compare"\n'
+        'reason = "another reason"\nlink = "issue 1"\n\n'
+        '[[expectation]]\nid = "op::equal::*"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "data-dependent output"\nlink = "issue 3"\n'
+    )
+    rows = [
+        CaseResult(
+            id=f"op::equal::s00{i}::f32::static::opset20::cpu::ours", kind="op",
+            subject="equal", family="comparison", dtype="f32", shapes="static", opset=20,
+            provider="cpu", exporter="ours", status=status,
+            stage="export" if status == "xfail" else None,
+            expectation="data-dependent output" if status == "xfail" else None,
+        )
+        for i, status in enumerate(("xfail", "pass", "xfail"))
+    ]  # fmt: skip
+    out = tmp_path / "reports"
+    text = ops_markdown(rows, ExpectationLinks(folder), str(out))
+    expected = section(text, "Ops with expected failures only (1)")
+    (row,) = only_table(section(expected, "comparison (1)"))
+    assert row["reason"] == "data-dependent output ×2"
+    assert row["entry"] == "[ours.toml:10](../expectations/ours.toml#L10)"
+    assert row["f32 static cpu ours"] == "1/3"
+    assert "None." in section(text, "Ops with unexpected results (0)")
