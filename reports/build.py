@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
+from reports.charts import chart_paths, draw, planned_charts
 from reports.expectation_links import ExpectationLinks
 from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
 from reports.models_md import models_markdown
@@ -64,8 +64,8 @@ def build_reports(
         path.write_bytes(to_bytes(element))
         written.append(path)
     if charts:
-        for relative, data in planned_charts(rows):
-            written.append(draw_pass_rates(data, out / relative))
+        for chart in planned_charts(rows):
+            written.append(draw(chart, out / chart.path))
     append_step_summary(step_summary_text(markdown["summary.md"]))
     return written
 
@@ -123,5 +123,5 @@ def _remove_stale_outputs(out: Path) -> None:
             stale.unlink()
         (out / "junit" / f"{folder}.xml").unlink(missing_ok=True)
     (out / INCOMPLETE_FILE).unlink(missing_ok=True)
-    for chart in (OPS_CHART, MODELS_CHART):
+    for chart in chart_paths():
         (out / chart).unlink(missing_ok=True)

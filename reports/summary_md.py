@@ -166,7 +166,7 @@ def links(rows: Sequence[CaseResult]) -> str:
     if any(row.kind == "model" for row in rows):
         items.append("[models.md](models.md)")
     items.append("JUnit XML in `junit/`")
-    images = [f"![{data.title}]({path})" for path, data in planned_charts(rows)]
+    images = [f"![{chart.title}]({chart.path})" for chart in planned_charts(rows)]
     return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")
 
 

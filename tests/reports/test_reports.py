@@ -18,6 +18,7 @@ import pytest
 from conformance.cases import parse_case_id
 from reports import build_reports, normalise_error, read_rows, render_markdown
 from reports.__main__ import main
+from reports.charts import error_points, model_times, stage_counts
 from reports.junit import safe_file_stem, unique_file_stems
 from reports.rows import CaseResult
 from reports.signatures import MAX_SIGNATURE_CHARS
@@ -276,8 +277,7 @@ def test_summary_links_the_other_reports(markdown):
     for target in (
         "(ops.md)",
         "(models.md)",
-        "(charts/ops_pass_rate.png)",
-        "(charts/models_pass_rate.png)",
+        *(f"(charts/{name}.png)" for name in CHARTS),
     ):
         assert target in summary
 
@@ -467,9 +467,38 @@ def test_rebuild_removes_stale_junit(rows, tmp_path):
 # --- charts, step summary, CLI --------------------------------------------------------------
 
 
+CHARTS = ("op_failures_by_stage", "model_failures_by_stage", "error_vs_tolerance", "model_timings")
+
+
 def test_charts_are_png(built):
-    for name in ("ops_pass_rate.png", "models_pass_rate.png"):
-        assert (built / "charts" / name).read_bytes().startswith(PNG_MAGIC)
+    for name in CHARTS:
+        assert (built / "charts" / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_failure_chart_counts_cases_that_ran_by_family_and_stage(rows):
+    counts = stage_counts(rows, "op")
+    # indexing (__getitem__): ours export timeout and run crash, torch-dynamo 2 xfails at export.
+    assert counts.counts[("indexing", "export", True)] == 2
+    assert counts.counts[("indexing", "export", False)] == 1
+    assert counts.counts[("indexing", "run", False)] == 1
+    assert counts.families[0] == "indexing"  # most failures first
+    assert counts.ran["nn"] == 4  # the skipped conv2d f16 case is in no denominator
+    assert all(stage != "skip" for _, stage, _ in counts.counts)
+
+
+def test_error_chart_takes_compare_failures_with_their_tolerance(rows):
+    # The other compare failures of the fixture recorded no rtol: nothing to place them against.
+    (point,) = error_points(rows)
+    assert point.id == "op::add::s000::f16::static::opset20::cpu::torch-dynamo"
+    assert (point.observed, point.tolerance, point.status) == (0.05, 1e-3, "fail")
+
+
+def test_timing_chart_compares_only_models_every_exporter_exported(rows):
+    times = model_times(rows)
+    assert times.exporters == ["ours", "torch-dynamo"]
+    # torch.onnx failed to export fasterrcnn: its time-to-fail is not an export time.
+    assert times.models == ["bert", "lstm_bidir", "resnet18"]
+    assert times.export_s["resnet18", "ours"] == 4
 
 
 def test_markdown_does_not_import_matplotlib():
@@ -493,8 +522,8 @@ def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
     summary = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert appended.startswith("# Conformance summary\n")
     assert only_table(section(appended, "Ops")) == only_table(section(summary, "Ops"))
-    assert "pass_rate.png" in summary
-    assert "pass_rate.png" not in appended  # relative images do not resolve on GitHub
+    assert "failures_by_stage.png" in summary
+    assert "failures_by_stage.png" not in appended  # relative images do not resolve on GitHub
 
 
 def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):
@@ -509,7 +538,11 @@ def test_cli_builds_from_a_directory(tmp_path, capsys):
     (results / "w0.jsonl").write_text(FIXTURE.read_text(), encoding="utf-8")
     assert main(["build", str(results), "--out", str(tmp_path / "out")]) == 0
     assert "37 cases, 23 passed" in capsys.readouterr().out
-    assert (tmp_path / "out" / "charts" / "ops_pass_rate.png").read_bytes().startswith(PNG_MAGIC)
+    assert (
+        (tmp_path / "out" / "charts" / "op_failures_by_stage.png")
+        .read_bytes()
+        .startswith(PNG_MAGIC)
+    )
 
 
 def test_cli_names_a_missing_results_path(tmp_path, capsys):
