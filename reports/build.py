@@ -10,7 +10,6 @@ from typing import Any
 
 from reports.charts import chart_paths, draw, planned_charts
 from reports.expectation_links import ExpectationLinks
-from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
 from reports.rows import CaseResult, RowsRead, report_invalid, scan_rows
@@ -25,11 +24,12 @@ def render_markdown(
     runs: Sequence[Mapping[str, Any]] = (),
     links: ExpectationLinks | None = None,
     out_dir: str | os.PathLike | None = None,
+    missing: Sequence[str] = (),
 ) -> dict[str, str]:
     """The markdown reports, keyed by file name. No matplotlib; the disk only through
     ``links`` (the expectation entries behind xfails, linked relative to ``out_dir``)."""
     return {
-        "summary.md": summary_markdown(rows, completeness, runs),
+        "summary.md": summary_markdown(rows, completeness, runs, missing),
         "ops.md": ops_markdown(rows, links, out_dir),
         "models.md": models_markdown(rows, links, out_dir),
     }
@@ -44,7 +44,7 @@ def build_reports(
     completeness: str | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
-    """Write summary.md, ops.md, models.md, JUnit XML and charts into ``out_dir``.
+    """Write summary.md, ops.md, models.md and charts into ``out_dir``.
 
     ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
     make an incomplete run read as one; ``runs`` (run manifests) name the commit and command in
@@ -55,14 +55,9 @@ def build_reports(
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_outputs(out)
     written = []
-    markdown = render_markdown(rows, completeness, runs, ExpectationLinks(), out)
+    markdown = render_markdown(rows, completeness, runs, ExpectationLinks(), out, missing)
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
-    for relative, element in junit_documents(rows, missing).items():
-        path = out / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(to_bytes(element))
-        written.append(path)
     if charts:
         for chart in planned_charts(rows):
             written.append(draw(chart, out / chart.path))
@@ -117,11 +112,6 @@ def _write_text(path: Path, content: str) -> Path:
 
 
 def _remove_stale_outputs(out: Path) -> None:
-    """Drop files an earlier build wrote, so a vanished op leaves no stale JUnit or chart."""
-    for folder in ("ops", "models"):
-        for stale in (out / "junit" / folder).glob("*.xml"):
-            stale.unlink()
-        (out / "junit" / f"{folder}.xml").unlink(missing_ok=True)
-    (out / INCOMPLETE_FILE).unlink(missing_ok=True)
+    """Drop the charts an earlier build drew, so a chart whose data vanished leaves none."""
     for chart in chart_paths():
         (out / chart).unlink(missing_ok=True)

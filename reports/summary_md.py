@@ -29,6 +29,7 @@ from reports.tally import (
 
 HEADLINE_AXES = ("kind", "exporter", "shapes", "dtype", "provider", "opset")
 MAX_UNEXPECTED = 200
+MAX_MISSING = 20
 OPS_PASSING = "ops passing"
 NON_PASS_STATUSES = tuple(s for s in STATUSES if s != "pass")
 MAX_DIFFERING_CASES = 50
@@ -39,12 +40,14 @@ def summary_markdown(
     rows: Sequence[CaseResult],
     completeness: str | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
+    missing: Sequence[str] = (),
 ) -> str:
     """``completeness`` (``incomplete: N of M cases have results``) heads the report when the
-    run stopped before every collected case had a row: the rates below cover only N.
+    run stopped before every collected case had a row: the rates below cover only N, and the
+    ``missing`` case ids are listed (``--resume`` runs them).
     ``runs`` are the manifests of the runs the rows came from (commit, command, start)."""
     warning = f"**{completeness}**: the run stopped early; the numbers below cover only them."
-    incomplete = [warning] if completeness else []
+    incomplete = [warning, missing_cases(missing)] if completeness else []
     if not rows:
         return document(
             heading(1, "Conformance summary"),
@@ -76,6 +79,14 @@ def summary_markdown(
         ops_headline(rows),
         *model_blocks(rows),
     )
+
+
+def missing_cases(missing: Sequence[str]) -> str | None:
+    if not missing:
+        return None
+    shown = ", ".join(code(case_id) for case_id in missing[:MAX_MISSING])
+    more = f" and {len(missing) - MAX_MISSING} more" if len(missing) > MAX_MISSING else ""
+    return f"Cases without a result ({len(missing)}; `--resume` runs them): {shown}{more}."
 
 
 def run_header(rows: Sequence[CaseResult], runs: Sequence[Mapping[str, Any]]) -> str:
@@ -165,7 +176,7 @@ def links(rows: Sequence[CaseResult]) -> str:
         items.append("[ops.md](ops.md)")
     if any(row.kind == "model" for row in rows):
         items.append("[models.md](models.md)")
-    items.append("JUnit XML in `junit/`")
+    items.append("JUnit XML (pytest's own) in the run's `RESULTS/junit.xml`")
     images = [f"![{chart.title}]({chart.path})" for chart in planned_charts(rows)]
     return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")
 

@@ -19,7 +19,6 @@ from conformance.cases import parse_case_id
 from reports import build_reports, normalise_error, read_rows, render_markdown
 from reports.__main__ import main
 from reports.charts import error_points, model_times, stage_counts
-from reports.junit import safe_file_stem, unique_file_stems
 from reports.rows import CaseResult
 from reports.signatures import MAX_SIGNATURE_CHARS
 from reports.summary_md import MAX_DIFFERING_CASES, summary_markdown
@@ -368,100 +367,46 @@ def test_models_table_cells(markdown):
     assert table["bert"]["ORT latency ours/torch-dynamo"] == "1.25×"
 
 
-# --- JUnit ----------------------------------------------------------------------------------
+# --- JUnit: pytest's own ---------------------------------------------------------------------
 
 
-def test_junit_has_a_suite_per_op_and_a_case_per_row(built):
-    for op in OPS:
-        assert (built / "junit" / "ops" / f"{op}.xml").is_file()
-    root = ET.parse(built / "junit" / "ops.xml").getroot()
-    assert root.tag == "testsuites"
-    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
-    assert set(suites) == set(OPS)
-    assert {name: len(s.findall("testcase")) for name, s in suites.items()} == {
-        "__getitem__": 4,
-        "add": 10,
-        "nn.functional.conv2d": 5,
-        "sum": 2,
-    }
-    assert root.attrib["tests"] == "21"
-    assert (root.get("failures"), root.get("errors"), root.get("skipped")) == ("4", "2", "3")
-    getitem = suites["__getitem__"]
-    assert (getitem.get("errors"), getitem.get("skipped"), getitem.get("failures")) == (
-        "2",
-        "2",
-        "0",
+def test_reports_write_no_xml_and_a_rebuild_drops_stale_charts(rows, tmp_path):
+    build_reports(rows, tmp_path)
+    assert not list(tmp_path.rglob("*.xml"))
+    assert (tmp_path / "charts" / "model_timings.png").exists()
+    build_reports([r for r in rows if r.kind == "op"], tmp_path)
+    assert not (tmp_path / "charts" / "model_timings.png").exists()
+
+
+def test_harness_junit_is_pytests_with_properties_numbers_and_file_line(tmp_path):
+    """The harness's pytest command writes the JUnit file; under xdist (-n 2) it keeps each
+    case's properties, the failure message as raised (numbers unmasked) and file/line."""
+    from conformance.__main__ import build_pytest_command
+
+    test_file = tmp_path / "test_cases.py"
+    test_file.write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_case(i, record_property):\n"
+        "    record_property('max_rel', 0.25 * i)\n"
+        "    if i == 1:\n"
+        "        pytest.fail('fail at stage compare\\noutput 0: 3/6 elements exceed rtol=1e-05',"
+        " pytrace=False)\n"
     )
-
-
-def test_junit_outcome_elements_follow_status(built):
-    single = ET.parse(built / "junit" / "ops" / "__getitem__.xml").getroot()
-    assert single.tag == "testsuite"
-    cases = {case.get("name"): case for case in single.findall("testcase")}
-    crash = cases["op::__getitem__::s000::f32::static::opset20::cpu::ours"]
-    assert crash.get("classname") == "__getitem__"
-    assert crash.find("error").get("type") == "crash"
-    assert (
-        cases["op::__getitem__::s000::f32::dynamic::opset20::cpu::ours"].find("error") is not None
-    )
-    xfail = cases["op::__getitem__::s000::f32::static::opset20::cpu::torch-dynamo"].find("skipped")
-    assert "boolean-mask indexing is data-dependent" in xfail.get("message")
-    sum_cases = ET.parse(built / "junit" / "ops" / "sum.xml").getroot().findall("testcase")
-    xpass = next(c for c in sum_cases if "dynamic" in c.get("name"))
-    assert "unexpectedly passed" in xpass.find("failure").get("message")
-    passing = next(c for c in sum_cases if "static" in c.get("name"))
-    assert [child.tag for child in passing] == ["properties"]
-
-
-def test_junit_properties_and_terminal_escapes(built):
-    suite = ET.parse(built / "junit" / "ops" / "nn.functional.conv2d.xml").getroot()
-    case = next(
-        c
-        for c in suite.findall("testcase")
-        if c.get("name").endswith("f32::dynamic::opset20::cpu::ours")
-    )
-    props = {p.get("name"): p.get("value") for p in case.find("properties").findall("property")}
-    for name in ("dtype", "shapes", "opset", "provider", "exporter", "stage", "max_abs", "max_rel",
-                 "export_s", "run_s"):  # fmt: skip
-        assert name in props
-    assert props["shapes"] == "dynamic"
-    assert props["stage"] == "compare"
-    assert props["max_rel"] == "0.3"
-    assert props["run_s"] == "0.05"
-    failure = case.find("failure")
-    assert "Mismatched elements: 40 / 96" in failure.text  # the error text had an ANSI escape
-    assert case.get("time") == "0.950"
-
-
-def test_junit_per_model(built):
-    root = ET.parse(built / "junit" / "models.xml").getroot()
-    assert {s.get("name") for s in root.findall("testsuite")} == set(MODELS)
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("16", "5", "0")
-    bert = ET.parse(built / "junit" / "models" / "bert.xml").getroot()
-    vacuous = next(
-        c
-        for c in bert.findall("testcase")
-        if "dynamic" in c.get("name") and "torch-dynamo" in c.get("name")
-    )
-    assert vacuous.find("failure").get("message").startswith("vacuous")
-    props = {p.get("name"): p.get("value") for p in vacuous.iter("property")}
-    assert props["optimize"] == "True"
-
-
-def test_junit_file_names_are_safe_and_distinct():
-    assert safe_file_stem("torchvision/resnet18") == "torchvision_resnet18"
-    assert safe_file_stem("..") == "_"
-    assert safe_file_stem("__getitem__") == "__getitem__"
-    stems = unique_file_stems(["a/b", "a_b", "A_B", "x y"])
-    assert len(set(stems.values())) == 4
-    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", stem) for stem in stems.values())
-
-
-def test_rebuild_removes_stale_junit(rows, tmp_path):
-    build_reports(rows, tmp_path, charts=False)
-    build_reports([r for r in rows if r.subject != "sum"], tmp_path, charts=False)
-    assert not (tmp_path / "junit" / "ops" / "sum.xml").exists()
-    assert (tmp_path / "junit" / "ops" / "add.xml").exists()
+    junit = tmp_path / "junit.xml"
+    command = build_pytest_command([str(test_file), "-n", "2", "-q"], junit)
+    assert f"--junitxml={junit}" in command and "junit_family=xunit1" in command
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    assert len(cases) == 4
+    failed = cases["test_case[1]"]
+    assert failed.get("file") == "test_cases.py" and failed.get("line") == "1"
+    assert "3/6 elements exceed rtol=1e-05" in failed.find("failure").get("message")
+    for name, case in cases.items():
+        (prop,) = case.iter("property")
+        assert prop.get("name") == "max_rel"
+        assert float(prop.get("value")) == 0.25 * int(name[-2])
 
 
 # --- charts, step summary, CLI --------------------------------------------------------------
@@ -529,7 +474,7 @@ def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
 def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     written = build_reports(rows, tmp_path, charts=False)
-    assert {p.name for p in written} >= {"summary.md", "ops.md", "models.md", "ops.xml"}
+    assert {p.name for p in written} == {"summary.md", "ops.md", "models.md"}
 
 
 def test_cli_builds_from_a_directory(tmp_path, capsys):
