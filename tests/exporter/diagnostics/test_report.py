@@ -236,15 +236,7 @@ def test_report_path_is_printed_on_success_and_noted_on_the_failure(tmp_path, ca
 
 
 def test_verify_requested_but_not_reached_says_so(tmp_path):
-    with pytest.raises(exporter.UnsupportedOpError):
-        exporter.export(
-            ThreeCustomOps().eval(),
-            (torch.randn(2, 3),),
-            report=True,
-            verify=True,
-            artifacts_dir=tmp_path,
-        )
-    path = only_report(tmp_path)
+    path = _failed_report(tmp_path, verify=True)
     for title in ("Accuracy", "Bisection"):
         text = section(path, title)
         assert "`verify=True` was requested, but the export failed at translation" in text
@@ -278,10 +270,15 @@ def test_report_shows_the_onnx_graph_as_text_collapsed(tmp_path):
     )
 
 
-def _failed_report(folder: Path) -> Path:
+def _failed_report(folder: Path, **options) -> Path:
+    """The report of an export that fails at translation (three ops without a translation)."""
     with pytest.raises(exporter.UnsupportedOpError):
         exporter.export(
-            ThreeCustomOps().eval(), (torch.randn(2, 3),), report=True, artifacts_dir=folder
+            ThreeCustomOps().eval(),
+            (torch.randn(2, 3),),
+            report=True,
+            artifacts_dir=folder,
+            **options,
         )
     return only_report(folder)
 
@@ -296,15 +293,7 @@ def test_custom_op_repro_and_dump_import_the_module_that_registers_the_ops(tmp_p
     import subprocess
     import sys
 
-    with pytest.raises(exporter.UnsupportedOpError):
-        exporter.export(
-            ThreeCustomOps().eval(),
-            (torch.randn(2, 3),),
-            report=True,
-            dump_exported_program=True,
-            artifacts_dir=tmp_path,
-        )
-    path = only_report(tmp_path)
+    path = _failed_report(tmp_path, dump_exported_program=True)
     repro = report.repro_folder(path)
     assert json.loads((repro / "case.json").read_text())["imports"] == [__name__]
     header = path.read_text().split("\n## ")[0]
