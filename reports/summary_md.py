@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reports.charts import planned_charts
-from reports.markdown import Table, code, document, heading, text
+from reports.markdown import Table, code, details, document, heading, text
 from reports.rows import STATUSES, UNEXPECTED, CaseResult
 from reports.side_by_side import Comparison, compare_exporters
 from reports.signatures import error_headline
@@ -29,7 +29,7 @@ from reports.tally import (
 
 HEADLINE_AXES = ("kind", "exporter", "shapes", "dtype", "provider", "opset")
 MAX_UNEXPECTED = 200
-MAX_MISSING = 20
+MAX_MISSING = 200
 OPS_PASSING = "ops passing"
 NON_PASS_STATUSES = tuple(s for s in STATUSES if s != "pass")
 MAX_DIFFERING_CASES = 50
@@ -47,7 +47,7 @@ def summary_markdown(
     ``missing`` case ids are listed (``--resume`` runs them).
     ``runs`` are the manifests of the runs the rows came from (commit, command, start)."""
     warning = f"**{completeness}**: the run stopped early; the numbers below cover only them."
-    incomplete = [warning, missing_cases(missing)] if completeness else []
+    incomplete = [warning] if completeness else []
     if not rows:
         return document(
             heading(1, "Conformance summary"),
@@ -59,6 +59,7 @@ def summary_markdown(
         heading(1, "Conformance summary"),
         *incomplete,
         run_header(rows, runs),
+        missing_cases(missing) if completeness else None,
         headline(rows),
         heading(2, "Unexpected results"),
         triage_section(rows),
@@ -84,9 +85,11 @@ def summary_markdown(
 def missing_cases(missing: Sequence[str]) -> str | None:
     if not missing:
         return None
-    shown = ", ".join(code(case_id) for case_id in missing[:MAX_MISSING])
-    more = f" and {len(missing) - MAX_MISSING} more" if len(missing) > MAX_MISSING else ""
-    return f"Cases without a result ({len(missing)}; `--resume` runs them): {shown}{more}."
+    shown = "\n".join(f"- {code(case_id)}" for case_id in missing[:MAX_MISSING])
+    more = f"\n- … and {len(missing) - MAX_MISSING} more" if len(missing) > MAX_MISSING else ""
+    return details(
+        f"{len(missing)} cases without a result (<code>--resume</code> runs them)", shown + more
+    )
 
 
 def run_header(rows: Sequence[CaseResult], runs: Sequence[Mapping[str, Any]]) -> str:
