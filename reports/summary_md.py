@@ -1,4 +1,5 @@
-"""summary.md: the headline numbers, exporters side by side, top error signatures."""
+"""summary.md: run header, the unexpected results to triage, pass rates, exporters side by side,
+error signatures (skips apart), ops and models."""
 
 from __future__ import annotations
 
