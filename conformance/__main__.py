@@ -1,6 +1,6 @@
 """Command line of the conformance suite.
 
-``python -m conformance run [pytest args]``
+``python -m conformance run [options] [pytest args]``  (``run --help`` lists the options)
     Runs ``pytest conformance`` on all cores (xdist, ``--dist load``), then builds the reports
     from the result rows with ``python -m reports build RESULTS --out reports/latest``, and exits
     with pytest's exit code, or 6 when some collected cases have no row (pytest or the run was
@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -131,12 +132,92 @@ def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
     return command + args
 
 
+#: Options ``run`` takes itself, before pytest starts: (flag, metavar, help).
+RUN_OPTIONS = (
+    ("--reports-out", "DIR", f"where the reports are written (default {DEFAULT_REPORTS_OUT})"),
+    (
+        "--case-memory",
+        "SIZE",
+        "memory ceiling of each case process: 6G, 0.25 (of RAM) or none "
+        "(default: half the RAM shared among the workers)",
+    ),
+    ("--help-pytest", None, "pytest's own help (every pytest option passes through)"),
+)
+HELP_PROLOGUE = """usage: python -m conformance run [OPTIONS] [PYTEST ARGS]
+
+Runs the conformance cases with pytest on all cores (-n CPUS --dist load), writes one result
+row per case into --results and pytest's JUnit XML into RESULTS/junit.xml, then builds the
+reports (summary.md, ops.md, models.md, charts) into --reports-out.
+
+exit codes: pytest's (0 all as expected, 1 an unexpected result, 2 interrupted, 4 usage,
+5 nothing selected); 6 some collected cases have no row (see the report's banner; --resume
+runs them); 7 another run holds RESULTS.
+"""
+HELP_EPILOGUE = """Every other argument goes to pytest unchanged, e.g. -n 4, -k EXPR, -x, --maxfail N.
+pytest's own options: python -m conformance run --help-pytest
+"""
+
+
+def run_help() -> str:
+    """The harness's options first, all of them (those ``run`` takes itself, then the
+    conformance plugin's), then a pointer to pytest's help."""
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance run", add_help=False, usage=argparse.SUPPRESS
+    )
+    own = parser.add_argument_group("run options (taken before pytest starts)")
+    for flag, metavar, text in RUN_OPTIONS:
+        if metavar is None:
+            own.add_argument(flag, action="store_true", help=text)
+        else:
+            own.add_argument(flag, metavar=metavar, help=text)
+    own.add_argument("-h", "--help", action="store_true", help="this help")
+    from conformance import plugin
+
+    plugin.pytest_addoption(_ArgparseOptions(parser))
+    return HELP_PROLOGUE + "\n" + parser.format_help() + "\n" + HELP_EPILOGUE
+
+
+class _ArgparseOptions:
+    """Takes the conformance plugin's ``pytest_addoption`` calls into an argparse parser, so the
+    help lists exactly the options the plugin registers, with its texts and defaults."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+
+    def getgroup(self, name: str, description: str = "") -> _ArgparseOptions._Group:
+        title = f"conformance options ({description or name}; passed to pytest)"
+        return self._Group(self.parser.add_argument_group(title))
+
+    def addoption(self, *names: str, **attrs) -> None:
+        self.parser.add_argument(*names, **attrs)
+
+    def addini(self, *args, **kwargs) -> None:
+        """ini settings are not command-line options."""
+
+    class _Group:
+        def __init__(self, group):
+            self.group = group
+
+        def addoption(self, *names: str, **attrs) -> None:
+            if "default" in attrs and attrs.get("help") not in (None, argparse.SUPPRESS):
+                default = attrs["default"]
+                if default not in (None, False) and "default" not in attrs["help"]:
+                    attrs = {**attrs, "help": f"{attrs['help']} (default {default})"}
+            self.group.add_argument(*names, **attrs)
+
+
 def run(args: list[str]) -> int:
     """Run the cases, then build the reports; see the module doc for what it writes when."""
     from conformance import limits, runs
     from reports.rows import folder_files, repair_torn_tails
 
     args = list(args)
+    if any(arg in ("-h", "--help") for arg in args):
+        print(run_help(), end="")
+        return 0
+    if "--help-pytest" in args:
+        args = [("--help" if arg == "--help-pytest" else arg) for arg in args]
+    typed = shlex.join(["python", "-m", "conformance", "run", *args])
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
     case_memory = _pop_option(args, "--case-memory")
     env = dict(os.environ)
@@ -144,6 +225,7 @@ def run(args: list[str]) -> int:
     # modules, the harness's own modules) beside the files a run was pointed at: a run writes
     # only under the results and reports folders it was given.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[runs.COMMAND_ENV] = typed
     if case_memory is not None:
         try:
             limits.parse_memory(case_memory)

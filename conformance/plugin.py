@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from conformance import expectations as expectations_mod
-from conformance import model_cases, runs
+from conformance import model_cases, progress, runs
 from conformance import planted as planted_cases
 from conformance.cases import (
     DTYPES,
@@ -169,6 +169,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     # For the harness's own tests: Python files defining model_cases(), replacing the zoo.
     group.addoption("--model-cases", action="append", help=argparse.SUPPRESS)
+    progress.pytest_addoption(parser)
 
 
 def _parse_options(config: pytest.Config) -> Options:
@@ -231,6 +232,7 @@ def get_options(config: pytest.Config) -> Options:
 def pytest_configure(config: pytest.Config) -> None:
     options = _parse_options(config)
     config.stash[_OPTIONS_KEY] = options
+    progress.register(config)
     if "cuda" in options.providers and not _is_worker(config):
         from conformance.session import cuda_available
 

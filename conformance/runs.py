@@ -23,6 +23,8 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,9 @@ from reports.rows import (
 )
 
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+#: The command line the user typed (``python -m conformance run ...``), set by that command so
+#: the manifest, and the report header after it, name it rather than the pytest it started.
+COMMAND_ENV = "CONFORMANCE_COMMAND"
 #: Set for sessions that only list or describe (``--collect-only``, ``--fixtures``...): even
 #: the OpInfo sample cache is then computed in memory, never saved.
 READ_ONLY_ENV = "CONFORMANCE_READ_ONLY"
@@ -85,12 +90,33 @@ def write_manifest(results: Path, run_id: str, *, resume: bool, cases: list[str]
         "resume": resume,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "pid": os.getpid(),
+        "commit": _checkout_commit(),
+        "command": os.environ.get(COMMAND_ENV) or " ".join(["pytest", *sys.argv[1:]]),
         "cases": cases,
     }
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(manifest), encoding="utf-8")
     os.replace(temporary, path)
     return path
+
+
+def _checkout_commit() -> str | None:
+    """The commit of the harness's checkout (``-dirty`` when it has local changes), or None
+    outside a git checkout: the report names the code its rows came from."""
+    root = str(Path(__file__).resolve().parent.parent)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
 
 
 # --------------------------------------------------------------------------- pytest side

@@ -65,7 +65,7 @@ def export(
     capture as written (see ``exporter._capture_patches``); by default those made for the
     model's kind apply (torchvision detection models), ``capture_patches=()`` turns them off.
     """
-    record = ExportRecord(model_class=type(model).__name__)
+    record = ExportRecord(model_class=type(model).__name__, verify_requested=bool(verify))
     eager_model = model if isinstance(model, torch.nn.Module) else None
     args_tuple: tuple[Any, ...] = ()
     kwargs = {} if kwargs is None else kwargs
@@ -147,7 +147,7 @@ def export(
         raise
     finally:
         if report:
-            _write_report(record, report_dir, program, error, eager_model, args_tuple, kwargs)
+            _write_report(record, report_dir, program, error)
 
 
 def _export(
@@ -202,7 +202,8 @@ def _export(
     record.captured_program = captured
     if dump_dir is not None:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-        torch.export.save(captured, dump_dir / f"onnx_export_{stamp}.pt2")
+        record.dumped_program = dump_dir / f"onnx_export_{stamp}.pt2"
+        torch.export.save(captured, record.dumped_program)
     with record.stage("decomposition"):
         decomposed, reason = _decompose.decompose(captured, registry)
     record.decomposition_reason = reason
@@ -303,21 +304,35 @@ def _write_report(
     folder: Path,
     program: ONNXProgram | None,
     error: BaseException | None,
-    eager_model: Any,
-    args: Any,
-    kwargs: Any,
 ) -> None:
-    """Write the markdown report; a failure here never masks the export's own outcome."""
+    """Write the repro folder (when there is something to reproduce) and the markdown report,
+    then say where: printed, and on failure also as a note on the exception. A failure here
+    never masks the export's own outcome."""
     try:
         from exporter.diagnostics import report as _report
+        from exporter.diagnostics import repro as _repro
 
-        path = _report.write_report(record, folder, program=program, error=error)
-        if program is not None:
-            program.report_path = path
+        path = _report.reserve_report_path(record, folder, error)
+        try:
+            repro_note = _repro.write_export_repro(
+                record, program, error, _report.repro_folder(path), _report.outcome(record, error)
+            )
+        except Exception as exc:  # noqa: BLE001 - the report itself matters more
+            repro_note = f"could not be written: {type(exc).__name__}: {exc}"
+        _report.write_report(
+            record, folder, program=program, error=error, repro_note=repro_note, path=path
+        )
     except Exception as exc:  # noqa: BLE001 - the report is best-effort by contract
         warnings.warn(
             f"could not write the export report: {type(exc).__name__}: {exc}", stacklevel=3
         )
+        return
+    if program is not None:
+        program.report_path = path
+    logging.getLogger("exporter").info("export report: %s", path)
+    print(f"[exporter] export report written to {path}")
+    if error is not None:
+        error.add_note(f"export report: {path}")
 
 
 __all__ = ["export", "OnnxExporterError"]

@@ -41,6 +41,8 @@ class ExportRecord:
     captured_program: Any = None  # the program as captured, before decomposition
     model: Any = None  # onnx_ir.Model once translated
     verification: VerificationResult | None = None  # when verify ran
+    dumped_program: Any = None  # pathlib.Path of the .pt2 dump_exported_program=True wrote
+    verify_requested: bool = False  # verify=True (or "strict") was passed, whether it ran or not
     registry: Any = None  # the ops Registry translation used, custom_translation_table included
     notes: list[str] = dataclasses.field(default_factory=list)
     #: exporter._dynamic_shapes.DimAudit per declared-dynamic or guard-held input dim

@@ -1,4 +1,4 @@
-"""Reports built from conformance result rows: markdown, JUnit XML, charts.
+"""Reports built from conformance result rows: markdown and charts (pytest writes the JUnit XML).
 
 Every report is a pure function of the rows; ``reports.build`` is the only module that writes.
 matplotlib loads only when a chart is drawn.

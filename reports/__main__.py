@@ -13,7 +13,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser(
         "build",
-        help="build summary.md, ops.md, models.md, JUnit XML and charts from result rows",
+        help="build summary.md, ops.md, models.md and charts from result rows",
     )
     build.add_argument(
         "results",

@@ -6,9 +6,10 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from reports.charts import MODELS_CHART, OPS_CHART, draw_pass_rates, planned_charts
-from reports.junit import INCOMPLETE_FILE, junit_documents, to_bytes
+from reports.charts import chart_paths, draw, planned_charts
+from reports.expectation_links import ExpectationLinks
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
 from reports.rows import CaseResult, RowsRead, report_invalid, scan_rows
@@ -17,12 +18,20 @@ from reports.summary_md import summary_markdown
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def render_markdown(rows: Sequence[CaseResult], completeness: str | None = None) -> dict[str, str]:
-    """The markdown reports, keyed by file name. Pure: no disk, no matplotlib."""
+def render_markdown(
+    rows: Sequence[CaseResult],
+    completeness: str | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
+    links: ExpectationLinks | None = None,
+    out_dir: str | os.PathLike | None = None,
+    missing: Sequence[str] = (),
+) -> dict[str, str]:
+    """The markdown reports, keyed by file name. No matplotlib; the disk only through
+    ``links`` (the expectation entries behind xfails, linked relative to ``out_dir``)."""
     return {
-        "summary.md": summary_markdown(rows, completeness),
-        "ops.md": ops_markdown(rows),
-        "models.md": models_markdown(rows),
+        "summary.md": summary_markdown(rows, completeness, runs, missing),
+        "ops.md": ops_markdown(rows, links, out_dir),
+        "models.md": models_markdown(rows, links, out_dir),
     }
 
 
@@ -33,28 +42,25 @@ def build_reports(
     charts: bool = True,
     missing: Sequence[str] = (),
     completeness: str | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
-    """Write summary.md, ops.md, models.md, JUnit XML and charts into ``out_dir``.
+    """Write summary.md, ops.md, models.md and charts into ``out_dir``.
 
     ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
-    make an incomplete run read as one. Returns the written paths. Appends summary.md to
+    make an incomplete run read as one; ``runs`` (run manifests) name the commit and command in
+    the summary's header. Returns the written paths. Appends summary.md to
     ``$GITHUB_STEP_SUMMARY`` when it is set.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_outputs(out)
     written = []
-    markdown = render_markdown(rows, completeness)
+    markdown = render_markdown(rows, completeness, runs, ExpectationLinks(), out, missing)
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
-    for relative, element in junit_documents(rows, missing).items():
-        path = out / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(to_bytes(element))
-        written.append(path)
     if charts:
-        for relative, data in planned_charts(rows):
-            written.append(draw_pass_rates(data, out / relative))
+        for chart in planned_charts(rows):
+            written.append(draw(chart, out / chart.path))
     append_step_summary(step_summary_text(markdown["summary.md"]))
     return written
 
@@ -72,6 +78,7 @@ def build_from_paths(
         charts=charts,
         missing=found.missing,
         completeness=found.completeness(),
+        runs=found.runs,
     )
     return found, written
 
@@ -105,11 +112,6 @@ def _write_text(path: Path, content: str) -> Path:
 
 
 def _remove_stale_outputs(out: Path) -> None:
-    """Drop files an earlier build wrote, so a vanished op leaves no stale JUnit or chart."""
-    for folder in ("ops", "models"):
-        for stale in (out / "junit" / folder).glob("*.xml"):
-            stale.unlink()
-        (out / "junit" / f"{folder}.xml").unlink(missing_ok=True)
-    (out / INCOMPLETE_FILE).unlink(missing_ok=True)
-    for chart in (OPS_CHART, MODELS_CHART):
+    """Drop the charts an earlier build drew, so a chart whose data vanished leaves none."""
+    for chart in chart_paths():
         (out / chart).unlink(missing_ok=True)

@@ -1,87 +1,310 @@
-"""PNG bar charts of pass rate by family, bars grouped per exporter.
+"""PNG charts that answer a triage question each, one denominator per chart.
 
-matplotlib is imported only when a chart is drawn, so building the markdown never pays for it.
+- ``failures_by_stage``: per family, how many cases that ran did not pass, split by the stage
+  they stopped at (unexpected solid, xfail hatched): where the work is.
+- ``error_vs_tolerance``: for cases that failed at compare or second shape, the observed max
+  relative error against the tolerance it had to meet: near misses versus wrong answers.
+- ``model_timings``: per model, export time and onnxruntime latency, ours beside torch.onnx
+  where both ran.
+
+The plan (which charts, what data) is pure; matplotlib is imported only when one is drawn.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from reports.rows import CaseResult
-from reports.tally import group_by, ordered, pass_count
+from reports.rows import STAGES, CaseResult
+from reports.tally import REFERENCE_EXPORTER, group_by, is_pass, median, ordered, ran
 
-OPS_CHART = "charts/ops_pass_rate.png"
-MODELS_CHART = "charts/models_pass_rate.png"
+CHARTS_DIR = "charts"
+#: Stages a failure can stop at, in pipeline order, plus rows that recorded none.
+_STAGE_ORDER = (*STAGES, "unknown")
+#: Failing statuses drawn in the stage chart; an xpass has no failing stage.
+_FAILED = ("fail", "crash", "timeout", "xfail")
+#: Points named on the error-vs-tolerance chart: the worst misses.
+MAX_LABELLED_POINTS = 8
+MAX_MODELS = 40
 
 
 @dataclasses.dataclass
-class FamilyPassRates:
-    title: str
+class StageCounts:
+    """Cases that ran and did not pass, per (family, stage, expected?)."""
+
+    kind: str
     families: list[str]
+    #: (family, stage, expected) -> number of cases; expected means xfail.
+    counts: dict[tuple[str, str, bool], int]
+    #: Cases that ran per family: the denominator printed beside each bar.
+    ran: dict[str, int]
+
+
+@dataclasses.dataclass
+class ErrorPoint:
+    id: str
+    subject: str
+    status: str
+    observed: float
+    tolerance: float
+
+
+@dataclasses.dataclass
+class ModelTimes:
+    models: list[str]
     exporters: list[str]
-    #: (family, exporter) -> (passed, total); absent when that exporter ran no case of the family.
-    counts: dict[tuple[str, str], tuple[int, int]]
-
-    def rate(self, family: str, exporter: str) -> float | None:
-        passed, total = self.counts.get((family, exporter), (0, 0))
-        return passed / total if total else None
+    #: (model, exporter) -> median seconds (export) or milliseconds (latency).
+    export_s: dict[tuple[str, str], float]
+    latency_ms: dict[tuple[str, str], float]
 
 
-def family_pass_rates(rows: Sequence[CaseResult], title: str) -> FamilyPassRates:
-    groups = group_by(rows, lambda r: (r.family, r.exporter))
-    return FamilyPassRates(
-        title=title,
-        families=sorted({row.family for row in rows}),
-        exporters=ordered((row.exporter for row in rows), "exporter"),
-        counts={key: pass_count(group) for key, group in groups.items()},
-    )
+@dataclasses.dataclass
+class Chart:
+    path: str  # relative to the report folder
+    title: str
+    data: StageCounts | list[ErrorPoint] | ModelTimes
 
 
-def planned_charts(rows: Sequence[CaseResult]) -> list[tuple[str, FamilyPassRates]]:
-    """The charts these rows call for, as (path relative to the report dir, data)."""
+def stage_counts(rows: Sequence[CaseResult], kind: str) -> StageCounts | None:
+    counted = ran(row for row in rows if row.kind == kind)
+    failed = [row for row in counted if row.status in _FAILED]
+    if not failed:
+        return None
+    counts: dict[tuple[str, str, bool], int] = {}
+    for row in failed:
+        key = (row.family, row.stage or "unknown", row.status == "xfail")
+        counts[key] = counts.get(key, 0) + 1
+    ran_per_family = {f: len(group) for f, group in group_by(counted, lambda r: r.family).items()}
+    per_family = {f: len(group) for f, group in group_by(failed, lambda r: r.family).items()}
+    families = sorted(per_family, key=lambda f: (-per_family[f], f))
+    return StageCounts(kind, families, counts, ran_per_family)
+
+
+def error_points(rows: Sequence[CaseResult]) -> list[ErrorPoint]:
+    """Compare and second-shape failures (expected or not) that recorded both numbers."""
+    points = []
+    for row in rows:
+        if is_pass(row) or row.stage not in ("compare", "second-shape"):
+            continue
+        if row.status not in _FAILED or row.max_rel is None or not row.rtol:
+            continue
+        if not (math.isfinite(row.max_rel) and row.max_rel > 0):
+            continue
+        points.append(ErrorPoint(row.id, row.subject, row.status, row.max_rel, row.rtol))
+    return points
+
+
+def model_times(rows: Sequence[CaseResult]) -> ModelTimes | None:
+    # A failed export's time is the time to fail: not comparable with a finished one.
+    model_rows = [row for row in rows if row.kind == "model" and row.stage != "export"]
+    exporters = ordered((row.exporter for row in model_rows), "exporter")
+    export_s: dict[tuple[str, str], float] = {}
+    latency_ms: dict[tuple[str, str], float] = {}
+    for (model, exporter), group in group_by(model_rows, lambda r: (r.subject, r.exporter)).items():
+        seconds = median(row.export_s for row in group)
+        if seconds is not None:
+            export_s[model, exporter] = seconds
+        latency = median(row.latency_ms for row in group)
+        if latency is not None:
+            latency_ms[model, exporter] = latency
+    if not export_s:
+        return None
+    models = sorted({model for model, _ in export_s})
+    if len(exporters) > 1:
+        # Side by side means on the same model: only models that every exporter exported.
+        models = [m for m in models if all((m, e) in export_s for e in exporters)]
+        if not models:
+            return None
+    slowest = sorted(models, key=lambda m: -max(export_s.get((m, e), 0) for e in exporters))
+    return ModelTimes(sorted(slowest[:MAX_MODELS]), exporters, export_s, latency_ms)
+
+
+def planned_charts(rows: Sequence[CaseResult]) -> list[Chart]:
+    """The charts these rows call for; a chart with nothing to show is not planned."""
     charts = []
-    op_rows = [row for row in rows if row.kind == "op"]
-    model_rows = [row for row in rows if row.kind == "model"]
-    if op_rows:
-        charts.append((OPS_CHART, family_pass_rates(op_rows, "Op pass rate by family")))
-    if model_rows:
-        charts.append((MODELS_CHART, family_pass_rates(model_rows, "Model pass rate by family")))
+    for kind, noun in (("op", "Op"), ("model", "Model")):
+        counts = stage_counts(rows, kind)
+        if counts is not None:
+            charts.append(
+                Chart(
+                    f"{CHARTS_DIR}/{kind}_failures_by_stage.png",
+                    f"{noun} cases not passing, by family and stage",
+                    counts,
+                )
+            )
+    points = error_points(rows)
+    if points:
+        charts.append(
+            Chart(
+                f"{CHARTS_DIR}/error_vs_tolerance.png",
+                "Compare failures: observed error against tolerance",
+                points,
+            )
+        )
+    times = model_times(rows)
+    if times is not None:
+        title = "Model export time and onnxruntime latency"
+        if len(times.exporters) > 1:
+            title += f": {' vs '.join(times.exporters)}"
+        charts.append(Chart(f"{CHARTS_DIR}/model_timings.png", title, times))
     return charts
 
 
-def draw_pass_rates(data: FamilyPassRates, path: str | Path) -> Path:
-    """Draw one grouped bar chart and save it as PNG."""
+def chart_paths() -> list[str]:
+    """Every file name a build may write under the report folder's ``charts/``: the build
+    removes them first, so a chart whose data vanished leaves no stale picture."""
+    names = [f"{kind}_failures_by_stage.png" for kind in ("op", "model")]
+    names += ["error_vs_tolerance.png", "model_timings.png"]
+    # Names of earlier versions of this module, removed so they do not linger beside new ones.
+    names += ["ops_pass_rate.png", "models_pass_rate.png"]
+    return [f"{CHARTS_DIR}/{name}" for name in names]
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def draw(chart: Chart, path: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    data = chart.data
+    if isinstance(data, StageCounts):
+        size = (9.0, 1.6 + 0.42 * len(data.families))
+    elif isinstance(data, ModelTimes):
+        size = (11.0, 1.8 + 0.32 * len(data.models) * max(1, len(data.exporters)))
+    else:
+        size = (8.0, 6.0)
     # A bare Figure with the Agg canvas leaves pyplot's global backend alone.
-    width = max(6.0, 0.9 * len(data.families) * max(1, len(data.exporters)) / 2 + 2)
-    figure = Figure(figsize=(min(width, 40.0), 4.8), layout="constrained")
+    figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    bar_width = 0.8 / max(1, len(data.exporters))
-    positions = range(len(data.families))
-    for index, exporter in enumerate(data.exporters):
-        offsets = [p - 0.4 + bar_width * (index + 0.5) for p in positions]
-        heights = [100 * (data.rate(f, exporter) or 0.0) for f in data.families]
-        bars = axes.bar(offsets, heights, bar_width, label=exporter)
-        labels = [_bar_label(data.counts.get((f, exporter))) for f in data.families]
-        axes.bar_label(bars, labels=labels, fontsize=7, padding=2)
-    axes.set_xticks(list(positions), data.families, rotation=30, ha="right")
-    axes.set_ylim(0, 112)
-    axes.set_ylabel("pass rate (%)")
-    axes.set_title(data.title)
-    axes.legend(loc="upper right", fontsize=8)
-    axes.grid(axis="y", alpha=0.3)
+    if isinstance(data, StageCounts):
+        _draw_stage_counts(figure, chart.title, data)
+    elif isinstance(data, ModelTimes):
+        _draw_model_times(figure, chart.title, data)
+    else:
+        _draw_error_points(figure, chart.title, data)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=110)
+    figure.savefig(path, format="png", dpi=100)
     return path
 
 
-def _bar_label(counts: tuple[int, int] | None) -> str:
-    if counts is None:
-        return ""
-    return f"{counts[0]}/{counts[1]}"
+def _draw_stage_counts(figure, title: str, data: StageCounts) -> None:
+    from matplotlib.patches import Patch
+
+    axes = figure.add_subplot()
+    families = list(reversed(data.families))  # largest at the top
+    positions = range(len(families))
+    colours = _stage_colours()
+    left = [0] * len(families)
+    for stage in _STAGE_ORDER:
+        for expected in (False, True):
+            widths = [data.counts.get((f, stage, expected), 0) for f in families]
+            if not any(widths):
+                continue
+            axes.barh(
+                positions,
+                widths,
+                left=left,
+                color=colours[stage],
+                alpha=0.45 if expected else 1.0,
+                hatch="//" if expected else None,
+                edgecolor="white" if not expected else colours[stage],
+                linewidth=0.5,
+            )
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+    for position, family, width in zip(positions, families, left, strict=True):
+        axes.annotate(
+            f" {width} of {data.ran.get(family, 0)} ran",
+            (width, position),
+            va="center",
+            fontsize=8,
+        )
+    axes.set_yticks(list(positions), families)
+    axes.set_xlim(0, max(left) * 1.3 + 1)
+    axes.set_xlabel("cases that ran and did not pass (count)")
+    axes.set_title(title)
+    stages = [s for s in _STAGE_ORDER if any(k[1] == s for k in data.counts)]
+    handles = [Patch(color=colours[s], label=s) for s in stages]
+    handles.append(Patch(facecolor="white", edgecolor="grey", hatch="//", label="xfail (expected)"))
+    # Below the axes: a legend never covers a bar.
+    figure.legend(
+        handles=handles, loc="outside lower center", ncols=min(7, len(handles)), fontsize=8
+    )
+    axes.grid(axis="x", alpha=0.3)
+
+
+def _stage_colours() -> dict[str, str]:
+    palette = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#7f7f7f")
+    return dict(zip(_STAGE_ORDER, palette, strict=False))
+
+
+def _draw_error_points(figure, title: str, points: list[ErrorPoint]) -> None:
+    axes = figure.add_subplot()
+    for status, marker, colour in (("fail", "o", "#c44e52"), ("xfail", "x", "#7f7f7f")):
+        chosen = [p for p in points if (p.status == "xfail") == (status == "xfail")]
+        if chosen:
+            axes.scatter(
+                [p.tolerance for p in chosen],
+                [p.observed for p in chosen],
+                marker=marker,
+                color=colour,
+                label=f"{'unexpected' if status == 'fail' else 'xfail'} ({len(chosen)})",
+                s=22,
+            )
+    low = min(min(p.tolerance for p in points), min(p.observed for p in points)) / 3
+    high = max(max(p.tolerance for p in points), max(p.observed for p in points)) * 3
+    axes.plot([low, high], [low, high], color="black", linewidth=0.8, linestyle="--")
+    axes.text(high / 1.5, high / 1.2, "observed = tolerance", ha="right", va="top", fontsize=8)
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlim(low, high)
+    axes.set_ylim(low, high)
+    worst = sorted(points, key=lambda p: -p.observed / p.tolerance)[:MAX_LABELLED_POINTS]
+    for point in worst:
+        axes.annotate(
+            point.subject, (point.tolerance, point.observed), fontsize=7,
+            xytext=(4, 2), textcoords="offset points",
+        )  # fmt: skip
+    axes.set_xlabel("relative tolerance (rtol) the case had to meet")
+    axes.set_ylabel("observed max relative error")
+    axes.set_title(f"{title} ({len(points)} case{'s' if len(points) != 1 else ''})")
+    axes.legend(loc="lower right", fontsize=8)
+    axes.grid(alpha=0.3, which="both")
+
+
+def _draw_model_times(figure, title: str, data: ModelTimes) -> None:
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    export_axes, latency_axes = figure.subplots(1, 2, sharey=True)
+    models = list(reversed(data.models))
+    height = 0.8 / max(1, len(data.exporters))
+    for axes, values, label in (
+        (export_axes, data.export_s, "export time (s, median, log scale)"),
+        (latency_axes, data.latency_ms, "onnxruntime latency (ms, median, log scale)"),
+    ):
+        for index, exporter in enumerate(data.exporters):
+            # The first exporter on top within each model's group.
+            offsets = [p + 0.4 - height * (index + 0.5) for p in range(len(models))]
+            widths = [values.get((m, exporter), 0.0) for m in models]
+            present = [(o, w) for o, w in zip(offsets, widths, strict=True) if w > 0]
+            if present:
+                axes.barh([o for o, _ in present], [w for _, w in present], height, label=exporter)
+        axes.set_xscale("log")
+        # Decade labels only, written as plain numbers: minor labels overlap on narrow axes.
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.xaxis.set_minor_formatter(NullFormatter())
+        axes.set_xlabel(label)
+        axes.grid(axis="x", alpha=0.3, which="both")
+    export_axes.set_yticks(list(range(len(models))), models, fontsize=8)
+    figure.suptitle(title)
+    if len(data.exporters) > 1:
+        figure.legend(*export_axes.get_legend_handles_labels(), loc="outside lower center", ncols=3)
+    note = (
+        f"models that every exporter exported; {REFERENCE_EXPORTER} is torch.onnx"
+        if len(data.exporters) > 1
+        else f"only {data.exporters[0]} ran"
+    )
+    export_axes.set_title(note, fontsize=8)

@@ -59,6 +59,11 @@ def heading(level: int, title: str) -> str:
     return f"{'#' * level} {title}"
 
 
+def details(summary: str, body: str) -> str:
+    """A collapsed section (GitHub renders markdown inside it after a blank line)."""
+    return f"<details><summary>{summary}</summary>\n\n{body.rstrip()}\n\n</details>"
+
+
 def document(*blocks: str | None) -> str:
     """Join non-empty blocks with blank lines, ending in one newline."""
     return "\n\n".join(block for block in blocks if block) + "\n"

@@ -1,22 +1,29 @@
-"""models.md: one row per model, status and scaled error per shapes × exporter × provider."""
+"""models.md: models with unexpected results first, then expected failures with their
+expectation entries, passing models collapsed; status and scaled error per shapes × exporter ×
+provider."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from reports.markdown import Table, code, document, heading, text
+from reports.expectation_links import ExpectationLinks, xfail_reason_cells
+from reports.markdown import Table, code, details, document, heading, text
 from reports.rows import CaseResult
+from reports.signatures import error_headline
 from reports.tally import (
+    PASSING_DEFINITION,
     REFERENCE_EXPORTER,
     case_key,
     combo_label,
     combo_sort_key,
     group_by,
+    is_unexpected,
     median,
     ordered,
     pass_count,
     scaled_error,
     status_cell,
+    subject_verdict,
     varying_axes,
 )
 
@@ -70,15 +77,21 @@ def latency_ratio(rows: Sequence[CaseResult]) -> float | None:
     return median(ratios)
 
 
-def models_table(rows: Sequence[CaseResult]) -> Table:
-    model_rows = [row for row in rows if row.kind == "model"]
-    axes = combo_axes(model_rows)
-    exporters = ordered((row.exporter for row in model_rows), "exporter")
+def models_table(
+    model_rows: Sequence[CaseResult],
+    columns_from: Sequence[CaseResult],
+    extra_headers: Sequence[str] = (),
+    extra_cells: Callable[[list[CaseResult]], list[str]] = lambda group: [],
+) -> Table:
+    """One row per model of ``model_rows``; the status columns come from ``columns_from`` (every
+    model row), so tables in different sections line up."""
+    axes = combo_axes(columns_from)
+    exporters = ordered((row.exporter for row in columns_from), "exporter")
 
     def combo_of(row: CaseResult) -> tuple:
         return tuple(getattr(row, axis) for axis in axes)
 
-    combos = sorted({combo_of(row) for row in model_rows}, key=lambda c: combo_sort_key(c, axes))
+    combos = sorted({combo_of(row) for row in columns_from}, key=lambda c: combo_sort_key(c, axes))
     table = Table(
         [
             "model",
@@ -87,6 +100,7 @@ def models_table(rows: Sequence[CaseResult]) -> Table:
             *(f"export s ({e})" for e in exporters),
             *(f"nodes ({e})" for e in exporters),
             f"ORT latency {OUR_EXPORTER}/{REFERENCE_EXPORTER}",
+            *extra_headers,
         ]
     )
     for model, group in sorted(group_by(model_rows, lambda r: r.subject).items()):
@@ -100,20 +114,81 @@ def models_table(rows: Sequence[CaseResult]) -> Table:
             *(export_seconds(by_exporter.get(e, [])) for e in exporters),
             *(node_count(by_exporter.get(e, [])) for e in exporters),
             f"{ratio:.2f}×" if ratio is not None else "",
+            *extra_cells(group),
         )
     return table
 
 
-def models_markdown(rows: Sequence[CaseResult]) -> str:
+def _unexpected_cells(group: list[CaseResult]) -> list[str]:
+    unexpected = sorted((row for row in group if is_unexpected(row)), key=lambda r: r.id)
+    first = unexpected[0]
+    more = f" (+{len(unexpected) - 1})" if len(unexpected) > 1 else ""
+    return [code(first.id) + more, code(error_headline(first.error) or first.error_signature or "")]
+
+
+def _reason_cells(links: ExpectationLinks | None, out_dir) -> Callable[[list], list[str]]:
+    return lambda group: list(xfail_reason_cells(group, links, out_dir))
+
+
+def models_markdown(
+    rows: Sequence[CaseResult],
+    links: ExpectationLinks | None = None,
+    out_dir: str | None = None,
+) -> str:
+    """Models with unexpected results first, then those failing only as expected, each with
+    the expectation entry's reason and link (relative to ``out_dir``); passing models folded."""
     model_rows = [row for row in rows if row.kind == "model"]
     if not model_rows:
         return document(heading(1, "Models"), "No model cases in these rows.")
-    models = {row.subject for row in model_rows}
+    models = group_by(model_rows, lambda r: r.subject)
+    verdicts = group_by(models, lambda model: subject_verdict(models[model]))
+
+    def section(verdict: str) -> list[CaseResult]:
+        return [row for model in verdicts.get(verdict, []) for row in models[model]]
+
     intro = (
         f"{len(models)} models, {len(model_rows)} cases. A cell shows the status "
         "(`status@stage` when it did not pass) and, in brackets, the max error relative to the "
         "output's scale. `export s` is the median export time; `nodes` counts the optimised "
         "static export; the latency ratio is the median over shared cases of our onnxruntime "
-        f"latency divided by {REFERENCE_EXPORTER}'s (below 1 means ours is faster)."
+        f"latency divided by {REFERENCE_EXPORTER}'s (below 1 means ours is faster). "
+        + PASSING_DEFINITION
     )
-    return document(heading(1, "Models"), intro, models_table(model_rows).render())
+    unexpected, expected = section("unexpected"), section("expected failures")
+    passing = section("passing")
+    blocks = [heading(1, "Models"), intro]
+    blocks.append(
+        heading(2, f"Models with unexpected results ({len(verdicts.get('unexpected', []))})")
+    )
+    blocks.append(
+        models_table(
+            unexpected, model_rows, ["unexpected case", "message"], _unexpected_cells
+        ).render()
+        if unexpected
+        else "None."
+    )
+    blocks.append(
+        heading(
+            2,
+            f"Models with only expected failures or vacuous cases "
+            f"({len(verdicts.get('expected failures', []))})",
+        )
+    )
+    blocks.append(
+        models_table(
+            expected, model_rows, ["reason", "entry"], _reason_cells(links, out_dir)
+        ).render()
+        if expected
+        else "None."
+    )
+    if passing:
+        count = len(verdicts["passing"])
+        blocks.append(
+            details(f"Passing models ({count})", models_table(passing, model_rows).render())
+        )
+    not_run = sorted(verdicts.get("not run", []))
+    if not_run:
+        blocks.append(
+            f"Not run ({len(not_run)}: every case skipped): " + ", ".join(code(m) for m in not_run)
+        )
+    return document(*blocks)

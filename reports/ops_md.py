@@ -1,20 +1,25 @@
-"""ops.md: one row per op, pass/total for every dtype × shapes × provider × exporter run."""
+"""ops.md: ops with unexpected results first, then expected failures, each grouped by family;
+passing ops in a collapsed table. Cells are pass/total per dtype × shapes × provider × exporter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from reports.markdown import Table, code, document, heading, text
+from reports.expectation_links import ExpectationLinks, xfail_reason_cells
+from reports.markdown import Table, code, details, document, heading, text
 from reports.rows import CaseResult
 from reports.tally import (
+    PASSING_DEFINITION,
     combo_label,
     combo_sort_key,
     fraction,
     fraction_with_percent,
     group_by,
-    is_pass,
+    is_unexpected,
     pass_count,
     stage_breakdown,
+    subject_verdict,
+    subjects_passing,
     top_signature,
     varying_axes,
 )
@@ -27,48 +32,134 @@ def combo_axes(rows: Sequence[CaseResult]) -> list[str]:
     return [*COMBO_AXES, *varying_axes(rows, ("opset",))]
 
 
-def ops_table(rows: Sequence[CaseResult]) -> Table:
-    op_rows = [row for row in rows if row.kind == "op"]
-    axes = combo_axes(op_rows)
+class _Columns:
+    """The pass/total columns every ops table shares, fixed over all op rows so that tables in
+    different sections line up."""
 
-    def combo_of(row: CaseResult) -> tuple:
-        return tuple(getattr(row, axis) for axis in axes)
+    def __init__(self, op_rows: Sequence[CaseResult]):
+        self.axes = combo_axes(op_rows)
+        self.combos = sorted(
+            {self.combo_of(row) for row in op_rows}, key=lambda c: combo_sort_key(c, self.axes)
+        )
 
-    combos = sorted({combo_of(row) for row in op_rows}, key=lambda c: combo_sort_key(c, axes))
-    table = Table(
-        [
-            "op",
-            "family",
-            *(combo_label(c, axes) for c in combos),
-            "all",
-            "failing stages",
-            "top error signature",
-        ]
-    )
-    for op, op_group in sorted(group_by(op_rows, lambda r: r.subject).items()):
-        by_combo = group_by(op_group, combo_of)
-        cells = [fraction(*pass_count(by_combo[c])) if c in by_combo else "" for c in combos]
-        top = top_signature(op_group)
+    def combo_of(self, row: CaseResult) -> tuple:
+        return tuple(getattr(row, axis) for axis in self.axes)
+
+    def headers(self) -> list[str]:
+        return [combo_label(c, self.axes) for c in self.combos]
+
+    def cells(self, op_rows: Sequence[CaseResult]) -> list[str]:
+        by_combo = group_by(op_rows, self.combo_of)
+        return [fraction(*pass_count(by_combo[c])) if c in by_combo else "" for c in self.combos]
+
+
+def _table(
+    ops: dict[str, list[CaseResult]],
+    columns: _Columns,
+    extra_headers: Sequence[str],
+    extra_cells: Callable[[list[CaseResult]], list[str]],
+    family_column: bool = False,
+) -> Table:
+    table = Table(["op", *(["family"] if family_column else []), *columns.headers(), "all",
+                   *extra_headers])  # fmt: skip
+    for op, group in sorted(ops.items()):
+        family = [text(", ".join(sorted({row.family for row in group})))] if family_column else []
         table.add(
             code(op),
-            text(", ".join(sorted({row.family for row in op_group}))),
-            *cells,
-            fraction_with_percent(*pass_count(op_group)),
-            stage_breakdown(op_group),
-            f"{code(top[0])} ×{top[1]}" if top else "",
+            *family,
+            *columns.cells(group),
+            fraction_with_percent(*pass_count(group)),
+            *extra_cells(group),
         )
     return table
 
 
-def ops_markdown(rows: Sequence[CaseResult]) -> str:
+def _by_family(ops: dict[str, list[CaseResult]], render: Callable[[dict], Table]) -> str:
+    families = group_by(ops.items(), lambda item: item[1][0].family)
+    blocks = []
+    for family, items in sorted(families.items()):
+        blocks += [heading(3, f"{family} ({len(items)})"), render(dict(items)).render()]
+    return document(*blocks).rstrip("\n")
+
+
+def _failure_cells(group: list[CaseResult]) -> list[str]:
+    top = top_signature(group)
+    unexpected = sorted(row.id for row in group if is_unexpected(row))
+    return [
+        stage_breakdown(group),
+        f"{code(top[0])} ×{top[1]}" if top else "",
+        code(unexpected[0]) + (f" (+{len(unexpected) - 1})" if len(unexpected) > 1 else "")
+        if unexpected
+        else "",
+    ]
+
+
+def _reason_cells(links: ExpectationLinks | None, out_dir) -> Callable[[list], list[str]]:
+    return lambda group: [stage_breakdown(group), *xfail_reason_cells(group, links, out_dir)]
+
+
+def ops_markdown(
+    rows: Sequence[CaseResult],
+    links: ExpectationLinks | None = None,
+    out_dir: str | None = None,
+) -> str:
+    """``links`` finds the expectation entry behind each xfail; its link is relative to
+    ``out_dir``, the folder ops.md is written to."""
     op_rows = [row for row in rows if row.kind == "op"]
     if not op_rows:
         return document(heading(1, "Ops"), "No op cases in these rows.")
     ops = group_by(op_rows, lambda r: r.subject)
-    clean = sum(1 for group in ops.values() if all(is_pass(row) for row in group))
+    verdicts = group_by(ops, lambda op: subject_verdict(ops[op]))
+    passing, judged = subjects_passing(op_rows)
+    columns = _Columns(op_rows)
     intro = (
-        f"{len(ops)} ops, {len(op_rows)} cases; {clean} ops pass every case. "
-        "Each cell is passed/total cases for one dtype × shapes × provider × exporter; "
-        "`all` sums the row. Only `pass` counts as passed."
+        f"{len(ops)} ops, {len(op_rows)} cases; {passing} of the {judged} ops with a case that "
+        f"ran pass. {PASSING_DEFINITION} Each cell is passed/total cases for one "
+        "dtype × shapes × provider × exporter (a skip is in no denominator); `all` sums the row."
     )
-    return document(heading(1, "Ops"), intro, ops_table(op_rows).render())
+
+    def section(verdict: str) -> dict[str, list[CaseResult]]:
+        return {op: ops[op] for op in verdicts.get(verdict, [])}
+
+    unexpected, expected = section("unexpected"), section("expected failures")
+    blocks = [heading(1, "Ops"), intro]
+    blocks.append(heading(2, f"Ops with unexpected results ({len(unexpected)})"))
+    blocks.append(
+        _by_family(
+            unexpected,
+            lambda part: _table(
+                part,
+                columns,
+                ["failing stages", "top error signature", "unexpected case"],
+                _failure_cells,
+            ),
+        )  # fmt: skip
+        if unexpected
+        else "None."
+    )
+    blocks.append(heading(2, f"Ops with expected failures only ({len(expected)})"))
+    blocks.append(
+        "Every failure of these ops is an `xfail`: covered by an entry of "
+        "`conformance/expectations/<exporter>.toml` with the reason shown."
+    )
+    blocks.append(
+        _by_family(
+            expected,
+            lambda part: _table(
+                part, columns, ["failing stages", "reason", "entry"], _reason_cells(links, out_dir)
+            ),
+        )
+        if expected
+        else "None."
+    )
+    passing_ops = section("passing")
+    if passing_ops:
+        table = _table(passing_ops, columns, [], lambda group: [], family_column=True)
+        blocks.append(details(f"Passing ops ({len(passing_ops)})", table.render()))
+    not_run = sorted(section("not run"))
+    if not_run:
+        blocks.append(
+            f"Not run ({len(not_run)}: every case skipped): "
+            + ", ".join(code(op) for op in not_run)
+        )
+    return document(*blocks)

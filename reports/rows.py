@@ -18,6 +18,8 @@ STATUSES = ("pass", "fail", "xfail", "xpass", "skip", "crash", "timeout", "vacuo
 STAGES = ("export", "checker", "load", "run", "compare", "second-shape")
 #: Statuses that count as a success in pass-rate tables.
 PASSING = ("pass",)
+#: Statuses no expectation predicted: what a triage starts from.
+UNEXPECTED = ("fail", "crash", "timeout", "xpass")
 #: Exit code of a run or report build whose rows cover only part of the collected cases
 #: (pytest itself uses 0 to 5).
 INCOMPLETE_EXIT_CODE = 6
@@ -109,6 +111,8 @@ class RowsRead:
     rows: list[CaseResult]
     invalid: list[str]
     expected: list[str] | None = None
+    #: The manifests of the runs whose rows these are, oldest first (commit, command, start).
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def missing(self) -> list[str]:
@@ -134,18 +138,20 @@ def scan_rows(paths: Iterable[str | os.PathLike]) -> RowsRead:
     by_id: dict[str, CaseResult] = {}
     invalid: list[str] = []
     expected: list[str] | None = None
+    runs: list[dict[str, Any]] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
             files, run_expected = folder_files(p)
             if run_expected is not None:  # shards built together: every shard's cases count
                 expected = [*(expected or []), *run_expected]
+            runs += run_lineage(read_manifests(p))
         else:
             files = [p] if p.exists() else []
         for path in files:
             for row in _iter_file(path, invalid):
                 by_id[row.id] = row
-    return RowsRead(list(by_id.values()), invalid, expected)
+    return RowsRead(list(by_id.values()), invalid, expected, runs)
 
 
 def read_rows(paths: Iterable[str | os.PathLike]) -> list[CaseResult]:

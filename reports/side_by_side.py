@@ -7,7 +7,7 @@ import functools
 from collections.abc import Sequence
 
 from reports.rows import CaseResult
-from reports.tally import case_key, group_by, is_pass, ordered
+from reports.tally import case_key, group_by, is_pass, ordered, subjects_passing
 
 
 @dataclasses.dataclass
@@ -31,13 +31,10 @@ class Comparison:
     def pass_count(self, exporter: str) -> int:
         return sum(1 for by_exporter in self.judged.values() if is_pass(by_exporter[exporter]))
 
-    def subjects_fully_passing(self, exporter: str) -> int:
-        """Subjects (ops, models) with at least one judged case, every one of them passing."""
-        verdicts: dict[str, bool] = {}
-        for by_exporter in self.judged.values():
-            row = by_exporter[exporter]
-            verdicts[row.subject] = verdicts.get(row.subject, True) and is_pass(row)
-        return sum(verdicts.values())
+    def subjects_passing(self, exporter: str) -> tuple[int, int]:
+        """(subjects that pass, subjects judged) over the judged shared cases, by the one
+        definition of a passing op (model), ``reports.tally.subject_passes``."""
+        return subjects_passing(by_exporter[exporter] for by_exporter in self.judged.values())
 
     def differing_keys(self) -> list[str]:
         """Keys where at least one exporter passes and at least one does not."""

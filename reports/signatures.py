@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 MAX_SIGNATURE_CHARS = 160
+#: The unmasked line shown beside an unexpected result: long enough for a tolerance message.
+MAX_HEADLINE_CHARS = 300
 
 # A line such as "ValueError: bad" or "torch._dynamo.exc.Unsupported: x": dotted name, then ": ".
 _TYPED_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)(?::\s*(?P<msg>.*))?$")
@@ -39,6 +41,7 @@ _SYMBOL = re.compile(r"\b[su]\d+\b")
 _NUMBERED_SUFFIX = re.compile(r"\b([A-Za-z]\w*?)_\d+\b")
 _NUMBER = re.compile(r"(?<![\w.<])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w>])")
 _SPACES = re.compile(r"\s+")
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def normalise_error(error: BaseException | str | None) -> str:
@@ -51,19 +54,38 @@ def normalise_error(error: BaseException | str | None) -> str:
     """
     if error is None:
         return ""
+    type_name, message = _typed_message(error)
+    return _joined(type_name, _normalise_text(message), MAX_SIGNATURE_CHARS)
+
+
+def error_headline(error: BaseException | str | None, limit: int = MAX_HEADLINE_CHARS) -> str:
+    """The line a reader acts on: exception type and first meaningful message line, exactly as
+    raised (numbers, names and paths kept), tracebacks reduced to their final exception.
+
+    ``normalise_error`` is this line with the case-specific parts masked for grouping.
+    """
+    if error is None:
+        return ""
+    return _joined(*_typed_message(error), limit)
+
+
+def _typed_message(error: BaseException | str) -> tuple[str, str]:
     if isinstance(error, BaseException):
         type_name = type(error).__name__
         message = _first_meaningful_line(str(error))
         typed = _split_typed_line(message)
         if typed is not None and typed[0] == type_name:
             message = typed[1]  # str() of some exceptions repeats the type name
-    else:
-        type_name, message = _type_and_message(str(error))
-    message = _normalise_text(message)
-    signature = f"{type_name}: {message}" if type_name and message else type_name or message
-    if len(signature) > MAX_SIGNATURE_CHARS:
-        signature = signature[: MAX_SIGNATURE_CHARS - 1].rstrip() + "…"
-    return signature
+        return type_name, message
+    return _type_and_message(str(error))
+
+
+def _joined(type_name: str, message: str, limit: int) -> str:
+    line = f"{type_name}: {message}" if type_name and message else type_name or message
+    line = _SPACES.sub(" ", _TERMINAL_ESCAPE.sub("", line)).strip()
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line
 
 
 def _type_and_message(text: str) -> tuple[str, str]:

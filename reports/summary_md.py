@@ -1,47 +1,69 @@
-"""summary.md: the headline numbers, exporters side by side, top error signatures."""
+"""summary.md: run header, the unexpected results to triage, pass rates, exporters side by side,
+error signatures (skips apart), ops and models."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from reports.charts import planned_charts
-from reports.markdown import Table, code, document, heading, text
-from reports.rows import STATUSES, CaseResult
+from reports.markdown import Table, code, details, document, heading, text
+from reports.rows import STATUSES, UNEXPECTED, CaseResult
 from reports.side_by_side import Comparison, compare_exporters
+from reports.signatures import error_headline
 from reports.tally import (
+    PASSING_DEFINITION,
     count_list,
     fraction_with_percent,
     group_by,
     is_pass,
+    is_unexpected,
     ordered,
     pass_count,
+    ran,
     signature_of,
     status_cell,
     status_counts,
+    subjects_passing,
 )
 
 HEADLINE_AXES = ("kind", "exporter", "shapes", "dtype", "provider", "opset")
+MAX_UNEXPECTED = 200
+MAX_MISSING = 200
+OPS_PASSING = "ops passing"
 NON_PASS_STATUSES = tuple(s for s in STATUSES if s != "pass")
 MAX_DIFFERING_CASES = 50
 MAX_SIGNATURES = 15
 
 
-def summary_markdown(rows: Sequence[CaseResult], completeness: str | None = None) -> str:
+def summary_markdown(
+    rows: Sequence[CaseResult],
+    completeness: str | None = None,
+    runs: Sequence[Mapping[str, Any]] = (),
+    missing: Sequence[str] = (),
+) -> str:
     """``completeness`` (``incomplete: N of M cases have results``) heads the report when the
-    run stopped before every collected case had a row: the rates below cover only N."""
+    run stopped before every collected case had a row: the rates below cover only N, and the
+    ``missing`` case ids are listed (``--resume`` runs them).
+    ``runs`` are the manifests of the runs the rows came from (commit, command, start)."""
     warning = f"**{completeness}**: the run stopped early; the numbers below cover only them."
     incomplete = [warning] if completeness else []
     if not rows:
         return document(
             heading(1, "Conformance summary"),
             *incomplete,
+            run_header(rows, runs),
             "No result rows were found, so there is nothing to report.",
         )
     return document(
         heading(1, "Conformance summary"),
         *incomplete,
+        run_header(rows, runs),
+        missing_cases(missing) if completeness else None,
         headline(rows),
+        heading(2, "Unexpected results"),
+        triage_section(rows),
         links(rows),
         heading(2, "Pass rate by exporter"),
         "Each row counts the cases that exporter ran (skips excluded); exporters compare like "
@@ -53,11 +75,86 @@ def summary_markdown(rows: Sequence[CaseResult], completeness: str | None = None
         side_by_side_section(rows),
         heading(2, "Top error signatures"),
         signature_section(rows),
+        heading(2, "Skipped cases"),
+        skip_section(rows),
         heading(2, "Ops"),
         ops_headline(rows),
         *model_blocks(rows),
-        versions_line(rows),
     )
+
+
+def missing_cases(missing: Sequence[str]) -> str | None:
+    if not missing:
+        return None
+    shown = "\n".join(f"- {code(case_id)}" for case_id in missing[:MAX_MISSING])
+    more = f"\n- … and {len(missing) - MAX_MISSING} more" if len(missing) > MAX_MISSING else ""
+    return details(
+        f"{len(missing)} cases without a result (<code>--resume</code> runs them)", shown + more
+    )
+
+
+def run_header(rows: Sequence[CaseResult], runs: Sequence[Mapping[str, Any]]) -> str:
+    """Which code, command and libraries produced these rows, and on what provider and opset."""
+    lines = []
+    commits = list(dict.fromkeys(str(run["commit"]) for run in runs if run.get("commit")))
+    if commits:
+        lines.append("Commit: " + ", ".join(code(commit) for commit in commits))
+    started = [str(run["started"]) for run in runs if run.get("started")]
+    if started:
+        lines.append(
+            "Run: "
+            + (started[0] if len(set(started)) == 1 else f"{min(started)} to {max(started)}")
+        )
+    for command in dict.fromkeys(str(run["command"]) for run in runs if run.get("command")):
+        lines.append("Command: " + code(command))
+    versions = versions_text(rows)
+    if versions:
+        lines.append("Versions: " + versions)
+    if rows:
+        providers = ", ".join(str(v) for v in ordered({r.provider for r in rows}, "provider"))
+        opsets = ", ".join(str(v) for v in sorted({r.opset for r in rows}))
+        lines.append(f"Provider: {providers} · opset: {opsets}")
+    if not runs:
+        lines.append("(no run manifest beside these rows: commit and command unknown)")
+    return "  \n".join(lines)
+
+
+def triage_section(rows: Sequence[CaseResult]) -> str:
+    """Every result no expectation predicted, with what it takes to look at it: the id that
+    ``python -m conformance repro`` takes, the stage, the message as raised, the repro folder."""
+    unexpected = sorted(
+        (row for row in rows if is_unexpected(row)),
+        key=lambda r: (UNEXPECTED.index(r.status), r.kind != "op", r.id),
+    )
+    if not unexpected:
+        return (
+            "None: every case that ran passed or failed as its expectation entry says "
+            f"({count_list(status_counts(rows), 'status')})."
+        )
+    table = Table(["case id", "status", "stage", "message", "repro folder"])
+    for row in unexpected[:MAX_UNEXPECTED]:
+        table.add(
+            code(row.id),
+            row.status,
+            text(row.stage or ""),
+            code(error_headline(row.error) or row.error_signature or _xpass_note(row)),
+            code(row.repro_dir or ""),
+        )
+    more = len(unexpected) - MAX_UNEXPECTED
+    counts = count_list(status_counts(unexpected), "status")
+    intro = (
+        f"{len(unexpected)} ({counts}). Re-run one with "
+        "`python -m conformance repro CASE_ID --results RESULTS`; the repro folder is relative "
+        "to the results folder (`python RESULTS/FOLDER/repro.py` replays it without torch)."
+    )
+    note = f"… and {more} more; the result rows hold them all." if more > 0 else None
+    return document(intro, table.render(), note).rstrip("\n")
+
+
+def _xpass_note(row: CaseResult) -> str:
+    if row.status == "xpass":
+        return f"passed, but expected to fail: {row.expectation or 'expectation entry'}"
+    return ""
 
 
 def headline(rows: Sequence[CaseResult]) -> str:
@@ -83,8 +180,8 @@ def links(rows: Sequence[CaseResult]) -> str:
         items.append("[ops.md](ops.md)")
     if any(row.kind == "model" for row in rows):
         items.append("[models.md](models.md)")
-    items.append("JUnit XML in `junit/`")
-    images = [f"![{data.title}]({path})" for path, data in planned_charts(rows)]
+    items.append("JUnit XML (pytest's own) in the run's `RESULTS/junit.xml`")
+    images = [f"![{chart.title}]({chart.path})" for chart in planned_charts(rows)]
     return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")
 
 
@@ -135,7 +232,7 @@ def side_by_side_section(rows: Sequence[CaseResult]) -> str:
         )
     exporters = ordered({e for c in comparisons for e in c.exporters}, "exporter")
     counts = Table(["kind", "shared cases", "skipped", *exporters])
-    subjects = Table(["kind", *(f"{e}: all cases pass" for e in exporters)])
+    subjects = Table(["kind", *(f"{e}: passing" for e in exporters)])
     for comparison in comparisons:
         shared, judged = len(comparison.cases), len(comparison.judged)
         cells = [
@@ -148,7 +245,9 @@ def side_by_side_section(rows: Sequence[CaseResult]) -> str:
         subjects.add(
             f"{comparison.kind}s",
             *(
-                str(comparison.subjects_fully_passing(e)) if e in comparison.exporters else ""
+                fraction_with_percent(*comparison.subjects_passing(e))
+                if e in comparison.exporters
+                else ""
                 for e in exporters
             ),
         )
@@ -156,7 +255,7 @@ def side_by_side_section(rows: Sequence[CaseResult]) -> str:
         "Only cases that every exporter ran are counted (the same case id apart from the "
         "exporter), so the numbers compare like with like. Pass rates leave out the cases "
         "any exporter skipped (a skip judges no exporter); the second table counts the ops "
-        "(models) whose every remaining case passes."
+        "(models) that pass on those cases. " + PASSING_DEFINITION
     )
     return document(
         intro, counts.render(), subjects.render(), *(_differences(c) for c in comparisons)
@@ -178,10 +277,12 @@ def _differences(comparison: Comparison) -> str:
             "\n".join(pairs),
             "No shared case passes with one exporter and fails with another.",
         ).rstrip("\n")
-    table = Table(["case", *comparison.exporters])
+    table = Table(["case id (repro)", *comparison.exporters])
     for key in keys[:MAX_DIFFERING_CASES]:
         by_exporter = comparison.cases[key]
-        table.add(code(key), *(status_cell(by_exporter[e]) for e in comparison.exporters))
+        # The full id of the exporter that did not pass: the one ``repro`` is wanted for.
+        failing = next(row for row in by_exporter.values() if not is_pass(row))
+        table.add(code(failing.id), *(status_cell(by_exporter[e]) for e in comparison.exporters))
     more = len(keys) - MAX_DIFFERING_CASES
     note = f"… and {more} more; the result rows hold them all." if more > 0 else None
     return document(title, "\n".join(pairs), table.render(), note).rstrip("\n")
@@ -190,9 +291,10 @@ def _differences(comparison: Comparison) -> str:
 def signature_counts(
     rows: Sequence[CaseResult],
 ) -> list[tuple[tuple[str, str, str], list[CaseResult]]]:
-    """Non-passing rows grouped by (exporter, stage, signature), most frequent first."""
+    """Rows that ran and did not pass, grouped by (exporter, stage, signature), most frequent
+    first. Skips are counted apart (``skip_section``): they judge no exporter."""
     groups = group_by(
-        (row for row in rows if not is_pass(row) and signature_of(row)),
+        (row for row in ran(rows) if not is_pass(row) and signature_of(row)),
         lambda r: (r.exporter, r.stage or "", signature_of(r)),
     )
     return sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
@@ -217,22 +319,37 @@ def signature_section(rows: Sequence[CaseResult]) -> str:
     return document(table.render(), note).rstrip("\n")
 
 
+def skip_section(rows: Sequence[CaseResult]) -> str:
+    skipped = [row for row in rows if row.status == "skip"]
+    if not skipped:
+        return "No case was skipped."
+    table = Table(["count", "reason", "example"])
+    by_reason = group_by(skipped, signature_of)
+    for reason, group in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        table.add(
+            str(len(group)), code(reason or "(no reason recorded)"), code(min(r.id for r in group))
+        )
+    intro = (
+        f"{len(skipped)} cases did not run (eager rejects the sample, or no dim can be made "
+        "dynamic); they are in no pass rate and no signature count above."
+    )
+    return document(intro, table.render()).rstrip("\n")
+
+
 def ops_headline(rows: Sequence[CaseResult]) -> str:
     op_rows = [row for row in rows if row.kind == "op"]
     if not op_rows:
         return "No op cases in these rows."
-    table = Table(["exporter", "ops with every case passing", "op cases passing"])
+    table = Table(["exporter", OPS_PASSING, "op cases passing"])
     by_exporter = group_by(op_rows, lambda r: r.exporter)
     for exporter in ordered(by_exporter, "exporter"):
         exporter_rows = by_exporter[exporter]
-        by_op = group_by(exporter_rows, lambda r: r.subject)
-        clean = sum(1 for group in by_op.values() if all(is_pass(row) for row in group))
         table.add(
             text(exporter),
-            fraction_with_percent(clean, len(by_op)),
+            fraction_with_percent(*subjects_passing(exporter_rows)),
             fraction_with_percent(*pass_count(exporter_rows)),
         )
-    return table.render()
+    return document(PASSING_DEFINITION, table.render()).rstrip("\n")
 
 
 def model_family_table(rows: Sequence[CaseResult]) -> Table:
@@ -268,12 +385,16 @@ def model_blocks(rows: Sequence[CaseResult]) -> list[str]:
     ]
 
 
-def versions_line(rows: Sequence[CaseResult]) -> str | None:
+#: The libraries the header names first, in this order; any other recorded version follows.
+HEADER_VERSIONS = ("torch", "onnx", "onnxruntime", "python")
+
+
+def versions_text(rows: Sequence[CaseResult]) -> str | None:
     seen: dict[str, Counter[str]] = {}
     for row in rows:
         for name, version in (row.versions or {}).items():
             seen.setdefault(name, Counter())[str(version)] += 1
     if not seen:
         return None
-    parts = [f"{name} {' / '.join(sorted(versions))}" for name, versions in sorted(seen.items())]
-    return "Versions: " + " · ".join(parts)
+    names = [n for n in HEADER_VERSIONS if n in seen] + sorted(set(seen) - set(HEADER_VERSIONS))
+    return " · ".join(f"{name} {' / '.join(sorted(seen[name]))}" for name in names)

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from reports.rows import PASSING, STAGES, STATUSES, CaseResult
+from reports.rows import PASSING, STAGES, STATUSES, UNEXPECTED, CaseResult
 
 T = TypeVar("T")
 
@@ -29,6 +29,40 @@ REFERENCE_EXPORTER = "torch-dynamo"
 
 def is_pass(row: CaseResult) -> bool:
     return row.status in PASSING
+
+
+def is_unexpected(row: CaseResult) -> bool:
+    """A result no expectation predicted: a failure, crash or timeout, or an xfail that passed."""
+    return row.status in UNEXPECTED
+
+
+def ran(rows: Iterable[CaseResult]) -> list[CaseResult]:
+    """The rows whose case ran: a skip (eager rejects the sample, no dim to make dynamic)
+    judges no exporter, so it is in no denominator."""
+    return [row for row in rows if row.status != "skip"]
+
+
+#: The words every report uses for ``subject_passes``.
+PASSING_DEFINITION = (
+    "An op (model) passes when at least one of its cases ran and every case that ran passed; "
+    "an xfail is not a pass, a skip is not counted."
+)
+
+
+def subject_passes(rows: Iterable[CaseResult]) -> bool | None:
+    """THE definition of "this op (model) passes", used by every report: at least one of its
+    cases ran and every case that ran passed (an xfail is not a pass). None when none ran."""
+    counted = ran(rows)
+    if not counted:
+        return None
+    return all(is_pass(row) for row in counted)
+
+
+def subjects_passing(rows: Iterable[CaseResult]) -> tuple[int, int]:
+    """(subjects that pass, subjects with a case that ran), by ``subject_passes``."""
+    verdicts = [subject_passes(group) for group in group_by(rows, lambda r: r.subject).values()]
+    judged = [verdict for verdict in verdicts if verdict is not None]
+    return sum(judged), len(judged)
 
 
 def ordered(values: Iterable[T], axis: str) -> list[T]:
@@ -68,7 +102,7 @@ def pass_count(rows: Sequence[CaseResult]) -> tuple[int, int]:
 
     Every table that shows a pass fraction also shows the skip count beside it.
     """
-    counted = [row for row in rows if row.status != "skip"]
+    counted = ran(rows)
     return sum(1 for row in counted if is_pass(row)), len(counted)
 
 
@@ -117,7 +151,9 @@ def signature_of(row: CaseResult) -> str:
 
 
 def top_signature(rows: Iterable[CaseResult]) -> tuple[str, int] | None:
-    counts = Counter(signature_of(row) for row in rows if not is_pass(row))
+    """The most frequent error signature of the rows that ran and did not pass (skips are
+    counted apart: they say nothing about an exporter)."""
+    counts = Counter(signature_of(row) for row in ran(rows) if not is_pass(row))
     counts.pop("", None)
     if not counts:
         return None
@@ -174,3 +210,17 @@ def status_cell(row: CaseResult) -> str:
 def count_list(counts: Counter[str], axis: str) -> str:
     """``fail×2, xfail×1`` in the axis' preferred order."""
     return ", ".join(f"{value}×{counts[value]}" for value in ordered(counts, axis) if counts[value])
+
+
+#: What an op (model) needs from its reader, most urgent first: a result no expectation
+#: predicted; only failures the expectations predict; every case that ran passed; none ran.
+VERDICTS = ("unexpected", "expected failures", "passing", "not run")
+
+
+def subject_verdict(rows: Sequence[CaseResult]) -> str:
+    if any(is_unexpected(row) for row in rows):
+        return "unexpected"
+    passes = subject_passes(rows)
+    if passes is None:
+        return "not run"
+    return "passing" if passes else "expected failures"

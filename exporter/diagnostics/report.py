@@ -4,6 +4,9 @@
 ``success`` or the stage that failed. Sections, always all present, under the ``##`` headings of
 :data:`SECTIONS`. Each section renders on its own: one that raises shows its own error and the
 others still appear, so a report is never lost to a bug in one part of it.
+
+Markdown only: the caller (``exporter._api``) writes the repro folder beside the report
+(``exporter.diagnostics.repro.write_export_repro``) and passes the line that names it.
 """
 
 from __future__ import annotations
@@ -14,10 +17,18 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from exporter import _errors
 from exporter._record import ExportRecord
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from exporter._program import ONNXProgram
+
+#: The ONNX graph text stops after this many characters (a model's text can run to megabytes).
+MAX_GRAPH_TEXT_CHARS = 200_000
 
 SECTIONS = (
     "Status",
@@ -26,6 +37,7 @@ SECTIONS = (
     "Exported program",
     "Dynamic dims",
     "Graph summary",
+    "ONNX graph",
     "Accuracy",
     "Bisection",
     "Stage timings",
@@ -61,30 +73,42 @@ def outcome(record: ExportRecord, error: BaseException | None) -> str:
     return "success"
 
 
-def write_report(
+def reserve_report_path(
     record: ExportRecord,
     folder: str | Path,
-    *,
-    program: Any = None,
     error: BaseException | None = None,
+    now: datetime.datetime | None = None,
 ) -> Path:
-    """Write the report of one export into ``folder`` and return its path.
-
-    When verification found the model disagreeing with the reference, a repro directory
-    (``exporter.diagnostics.repro``) is written next to it, named like the report with ``_repro``.
-    """
+    """A report path in ``folder`` (created) that no earlier report has taken."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now()
-    path = folder / report_file_name(record, error, now)
+    path = folder / report_file_name(record, error, now or datetime.datetime.now())
     counter = 1
     while path.exists():  # two exports within a microsecond: keep both
         path = path.with_name(f"{path.stem.rsplit('~', 1)[0]}~{counter}.md")
         counter += 1
-    try:
-        repro_note = _maybe_write_repro(record, program, error, path)
-    except Exception as exc:  # noqa: BLE001 - the report itself matters more
-        repro_note = f"could not be written: {type(exc).__name__}: {exc}"
+    return path
+
+
+def repro_folder(report_path: Path) -> Path:
+    """The repro folder that goes with a report: its name with ``_repro``."""
+    return report_path.with_name(report_path.stem + "_repro")
+
+
+def write_report(
+    record: ExportRecord,
+    folder: str | Path,
+    *,
+    program: ONNXProgram | None = None,
+    error: BaseException | None = None,
+    repro_note: str | None = None,
+    path: Path | None = None,
+) -> Path:
+    """Write the markdown report of one export and return its path (``path``, or a fresh one
+    in ``folder``). ``repro_note`` names the repro folder the caller wrote, if any."""
+    now = datetime.datetime.now()
+    if path is None:
+        path = reserve_report_path(record, folder, error, now)
     parts = [_section(None, lambda: _header(record, error, now, repro_note))]
     renderers: dict[str, Callable[[], str]] = {
         "Status": lambda: _status(record, error),
@@ -93,8 +117,9 @@ def write_report(
         "Exported program": lambda: _exported_program(record, program),
         "Dynamic dims": lambda: _dims_audit(record),
         "Graph summary": lambda: _graph_summary(record, program),
-        "Accuracy": lambda: _accuracy(record),
-        "Bisection": lambda: _bisection(record),
+        "ONNX graph": lambda: _graph_text(record, program),
+        "Accuracy": lambda: _accuracy(record, error),
+        "Bisection": lambda: _bisection(record, error),
         "Stage timings": lambda: _timings(record),
     }
     for title in SECTIONS:
@@ -103,7 +128,7 @@ def write_report(
     return path
 
 
-def _dims_audit(record: Any) -> str:
+def _dims_audit(record: ExportRecord) -> str:
     from exporter._dynamic_shapes import specialized_dims_table
 
     table = specialized_dims_table(getattr(record, "dim_audit", []))
@@ -129,11 +154,11 @@ def _fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def _table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
     return "\n".join(lines)
@@ -177,38 +202,32 @@ def _header(
         lines.append(f"- Error: `{type(error).__name__}`: {_first_line(error)}")
     if repro_note:
         lines.append(f"- Repro: {repro_note}")
+    if record.dumped_program is not None:
+        lines.append(f"- Exported program saved: {_load_instructions(record)}")
     for note in record.notes:
         lines.append(f"- Note: {note}")
     return "\n".join(lines)
 
 
+def _load_instructions(record: ExportRecord) -> str:
+    """How to load the dumped program in a fresh process: custom ops exist only once the
+    module that registers them is imported, so that import comes first."""
+    from exporter.diagnostics.repro import custom_op_modules
+
+    path = record.dumped_program
+    imports = custom_op_modules(record.captured_program) if record.captured_program else None
+    statements = [f"import {module}" for module in (imports.modules if imports else [])]
+    statements += ["import torch", f"program = torch.export.load({str(path)!r})"]
+    text = f"`{path}`; load it with `{'; '.join(statements)}`"
+    if imports and imports.unknown:
+        names = ", ".join(f"`{q}`" for q in imports.unknown)
+        text += f" after registering the custom ops {names} (import the code that defines them)"
+    return text
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return _cell(text[0]) if text else ""
-
-
-def _maybe_write_repro(
-    record: ExportRecord, program: Any, error: BaseException | None, report_path: Path
-) -> str | None:
-    """A repro directory next to the report when there is something to reproduce: a model that
-    disagrees with the reference, or a program whose translation failed."""
-    from exporter.diagnostics import repro
-
-    folder = report_path.with_name(report_path.stem + "_repro")
-    verification = getattr(record, "verification", None)
-    if verification is not None and program is not None and verification.case is not None:
-        if verification.outputs_ok:
-            return None
-        verification.repro_dir = repro.write_verification_repro(folder, program, verification)
-        return f"`{folder}` (run `python repro.py` there; needs only numpy and onnxruntime)"
-    translated = record.exported_program or record.captured_program
-    if error is not None and record.model is None and translated is not None:
-        repro.write_failed_export_repro(folder, record, error, stage=outcome(record, error))
-        return (
-            f"`{folder}` (the program that failed to translate with its example inputs; "
-            f"`python rerun_export.py` there re-runs the export)"
-        )
-    return None
 
 
 # -------------------------------------------------------------------------------- status
@@ -243,7 +262,7 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
                 f"- {FAILED} Capture with {name}: {type(attempt.error).__name__}: "
                 f"{_first_line(attempt.error)}"
             )
-    verification = getattr(record, "verification", None)
+    verification = record.verification
     for stage in ("decomposition", "translation", "optimize", *_VERIFY_STAGES):
         state = record.status.get(stage)
         title = _STAGE_TITLES[stage]
@@ -267,7 +286,12 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
             if state == "failed" and verification is not None and stage == "checker":
                 detail = f": {_cell(verification.checker)[:300]}"
             lines.append(f"- {_mark(state)} {title}{detail}")
-        elif stage in _VERIFY_STAGES and verification is None and not reached_failure:
+        elif (
+            stage in _VERIFY_STAGES
+            and verification is None
+            and not reached_failure
+            and not record.verify_requested
+        ):
             lines.append(f"- {NOT_RUN} {title}: not run (pass verify=True)")
         else:
             lines.append(
@@ -412,7 +436,7 @@ def _unsupported(record: ExportRecord) -> str:
 
 
 # ---------------------------------------------------------------------- exported program
-def _exported_program(record: ExportRecord, program: Any) -> str:
+def _exported_program(record: ExportRecord, program: ONNXProgram | None) -> str:
     translated = record.exported_program
     if translated is None and program is not None:
         translated = program.exported_program
@@ -434,14 +458,14 @@ def _exported_program(record: ExportRecord, program: Any) -> str:
 
 
 # ------------------------------------------------------------------------- graph summary
-def _dims(value: Any) -> str:
+def _dims(value: ir.Value) -> str:
     if value.shape is None:
         return "unknown"
     dims = [getattr(d, "value", d) for d in value.shape]
     return "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
 
 
-def _dynamic(value: Any) -> str:
+def _dynamic(value: ir.Value) -> str:
     if value.shape is None:
         return "-"
     names = [
@@ -452,7 +476,7 @@ def _dynamic(value: Any) -> str:
     return ", ".join(names) or "static"
 
 
-def _graph_summary(record: ExportRecord, program: Any) -> str:
+def _graph_summary(record: ExportRecord, program: ONNXProgram | None) -> str:
     import onnx_ir as ir
 
     model = program.model if program is not None else record.model
@@ -493,17 +517,47 @@ def _graph_summary(record: ExportRecord, program: Any) -> str:
     return "\n".join(lines)
 
 
+def _graph_text(record: ExportRecord, program: ONNXProgram | None) -> str:
+    """The ONNX graph as onnx_ir prints it (small constants inline, where a wrong value
+    shows), collapsed; cut at MAX_GRAPH_TEXT_CHARS."""
+    model = program.model if program is not None else record.model
+    if model is None:
+        return "Not available: translation did not produce an ONNX model."
+    text = "\n\n".join([str(model.graph), *(str(f) for f in model.functions.values())])
+    cut = ""
+    if len(text) > MAX_GRAPH_TEXT_CHARS:
+        text = text[:MAX_GRAPH_TEXT_CHARS]
+        cut = (
+            f"\n\n_Cut at {MAX_GRAPH_TEXT_CHARS} characters; "
+            "`onnx_program.model.graph` prints the whole graph._"
+        )
+    return (
+        f"<details><summary>The graph as text ({len(model.graph)} nodes in the main graph)"
+        f"</summary>\n\n{_fence(text, 'text')}{cut}\n\n</details>"
+    )
+
+
 # ------------------------------------------------------------------------------ accuracy
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _accuracy(record: ExportRecord) -> str:
+def _not_verified(record: ExportRecord, error: BaseException | None) -> str:
+    """Why there is no verification: not asked for, or the export stopped before it."""
+    if not record.verify_requested:
+        return "Not run: pass `verify=True` to compare the ONNX model with the eager module."
+    stage = outcome(record, error)
+    if stage == "success":
+        return "Not run: verification was requested but produced no result."
+    return f"Not run: `verify=True` was requested, but the export failed at {stage} before it."
+
+
+def _accuracy(record: ExportRecord, error: BaseException | None) -> str:
     from exporter.diagnostics.compare import ERROR_BIN_LABELS
 
-    verification = getattr(record, "verification", None)
+    verification = record.verification
     if verification is None:
-        return "Not run: pass `verify=True` to compare the ONNX model with the eager module."
+        return _not_verified(record, error)
     v = verification
     tolerance = (
         "per output dtype (see the tables)"
@@ -570,10 +624,10 @@ def _accuracy(record: ExportRecord) -> str:
     return "\n".join(lines)
 
 
-def _bisection(record: ExportRecord) -> str:
-    verification = getattr(record, "verification", None)
+def _bisection(record: ExportRecord, error: BaseException | None) -> str:
+    verification = record.verification
     if verification is None:
-        return "Not run: verification was not requested."
+        return _not_verified(record, error)
     if verification.bisection_error:
         return f"{FAILED} The bisection itself failed: {verification.bisection_error}"
     b = verification.bisection

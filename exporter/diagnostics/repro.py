@@ -23,6 +23,7 @@ in torch's pickle-based format); a failed export carries its program as Python s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,7 @@ from exporter._record import ExportRecord
 from exporter.diagnostics.compare import resolve_tolerance
 
 if TYPE_CHECKING:
+    from exporter._program import ONNXProgram
     from exporter.diagnostics.verify import VerificationResult
 
 MODEL_FILE = "model.onnx"
@@ -225,6 +227,83 @@ def _failed_stage(verification: VerificationResult) -> str:
     return "second_shape_accuracy" if verification.specialised else "checker"
 
 
+def write_export_repro(
+    record: ExportRecord,
+    program: ONNXProgram | None,
+    error: BaseException | None,
+    folder: Path,
+    stage: str,
+) -> str | None:
+    """The repro folder ``report=True`` keeps beside its report when there is something to
+    reproduce: a model that disagrees with the reference, or a program whose translation
+    failed. Returns the line the report shows for it (None when nothing was written)."""
+    verification = record.verification
+    if verification is not None and program is not None and verification.case is not None:
+        if verification.outputs_ok:
+            return None
+        verification.repro_dir = write_verification_repro(folder, program, verification)
+        return f"`{folder}` (run `python repro.py` there; needs only numpy and onnxruntime)"
+    translated = record.exported_program or record.captured_program
+    if error is not None and record.model is None and translated is not None:
+        write_failed_export_repro(folder, record, error, stage=stage)
+        imports = custom_op_modules(translated)
+        needs = (
+            f"; it imports {', '.join(f'`{m}`' for m in imports.modules)} first, which "
+            "registers the custom ops the program calls: run it from the folder they import from"
+            if imports.modules
+            else ""
+        )
+        if imports.unknown:
+            needs += (
+                f"; register the custom ops {', '.join(f'`{q}`' for q in imports.unknown)} "
+                "first (their defining module is not known: import it at the top of the script)"
+            )
+        return (
+            f"`{folder}` (the program that failed to translate with its example inputs; "
+            f"`python rerun_export.py` re-runs the export{needs})"
+        )
+    return None
+
+
+#: Op namespaces torch itself defines: no module needs importing for them.
+_TORCH_NAMESPACES = frozenset(
+    {"aten", "prims", "higher_order", "_c10d_functional", "c10d_functional", "quantized_decomposed"}
+)
+
+
+@dataclasses.dataclass
+class CustomOpImports:
+    #: Importable modules that define (register) custom ops the program calls.
+    modules: list[str]
+    #: Qualified names of custom ops whose defining module is not importable or not known.
+    unknown: list[str]
+
+
+def custom_op_modules(program: Any) -> CustomOpImports:
+    """The modules to import before the program's custom ops exist in a fresh process (for
+    ``rerun_export.py`` or ``torch.export.load``): found for ``torch.library.custom_op`` ops
+    from their definition; others are named as unknown."""
+    import torch
+    from torch._library import custom_ops
+
+    modules: dict[str, None] = {}
+    unknown: dict[str, None] = {}
+    for node in program.graph_module.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace in _TORCH_NAMESPACES:
+            continue
+        qualname = target._schema.name
+        definition = custom_ops.OPDEFS.get(qualname)
+        module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
+        if module and module != "__main__":
+            modules[module] = None
+        else:
+            unknown[qualname] = None
+    return CustomOpImports(list(modules), list(unknown))
+
+
 def write_failed_export_repro(
     folder: str | Path, record: ExportRecord, error: BaseException, *, stage: str
 ) -> Path:
@@ -253,6 +332,7 @@ def write_failed_export_repro(
         )
     else:
         meta["placeholders"] = placeholders
+        meta["imports"] = custom_op_modules(program).modules
         meta["rerun"] = f"python {RERUN_FILE} (needs torch and the exporter)"
         meta["note"] = (
             f"the export failed before an ONNX model existed; python {RERUN_FILE} rebuilds the "

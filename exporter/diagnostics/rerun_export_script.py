@@ -3,10 +3,13 @@
 Needs torch and the exporter that failed. The program it was translating is rebuilt from its
 ``forward`` below (torch.export's graph, as Python) with its weights from weights.npz and its example
 inputs from inputs.npz; both load with allow_pickle=False, so nothing in this folder is
-unpickled. Custom ops the program calls must be registered first (import the library that
-defines them). Exits 0 when the export now succeeds; otherwise the export's error propagates.
+unpickled. The modules that define the custom ops the program calls (case.json "imports") are
+imported first, so run it from the folder they import from (the current directory is searched,
+as ``python -c`` would) or with their project on PYTHONPATH. Exits 0 when the
+export now succeeds; otherwise the export's error propagates.
 """
 
+import importlib
 import json
 import math
 import operator  # noqa: F401 - the program code may call operator.getitem
@@ -21,6 +24,18 @@ import exporter
 HERE = pathlib.Path(__file__).resolve().parent
 CASE = json.loads((HERE / "case.json").read_text(encoding="utf-8"))
 inf, nan = math.inf, math.nan  # how FX code spells non-finite constants
+
+if CASE.get("imports"):
+    sys.path.insert(1, str(pathlib.Path.cwd()))  # the user's project, when run from its root
+for _module in CASE.get("imports", []):  # registers the custom ops the program calls
+    try:
+        importlib.import_module(_module)
+    except ImportError as _error:
+        sys.exit(
+            f"rerun_export.py: cannot import {_module!r}, which defines custom ops the program "
+            f"calls ({_error}). Run this script from the folder {_module!r} imports from, or "
+            "with its project on PYTHONPATH."
+        )
 
 # The program's forward(self, *placeholders), written here when the repro is written.
 # PROGRAM CODE

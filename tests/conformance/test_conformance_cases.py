@@ -74,6 +74,14 @@ def test_sanitised_ids_are_file_names():
         ("reshape", "shape"),
         ("bernoulli", "random"),
         ("abs", "elementwise"),
+        # Not pointwise, so not "elementwise" (the fallback for names no family lists).
+        ("softmax", "normalization"),
+        ("native_batch_norm", "normalization"),
+        ("matrix_exp", "linalg"),
+        ("permute_copy", "shape"),
+        ("resize_", "shape"),
+        ("quantile", "statistics"),
+        ("grid_sampler_2d", "nn"),
     ],
 )
 def test_op_families(op, family):

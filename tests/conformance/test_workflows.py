@@ -158,3 +158,20 @@ def test_the_workflow_passes_the_repository_variable_to_the_planner():
     text = (WORKFLOWS_DIR / "conformance.yml").read_text(encoding="utf-8")
     assert "vars.CONFORMANCE_GPU_RUNNERS" in text
     assert "GPU_RUNNER_LABELS" not in text
+
+
+def test_the_merge_job_publishes_pytests_junit_with_a_pinned_action():
+    import yaml
+
+    workflow = yaml.safe_load((WORKFLOWS_DIR / "conformance.yml").read_text(encoding="utf-8"))
+    steps = workflow["jobs"]["merge"]["steps"]
+    (publish,) = [s for s in steps if "action-junit-report" in s.get("uses", "")]
+    action, _, ref = publish["uses"].partition("@")
+    assert len(ref) == 40 and all(c in "0123456789abcdef" for c in ref), "pin by commit SHA"
+    # The JUnit file each shard's pytest wrote (results/junit.xml, uploaded as results-*).
+    assert publish["with"]["report_paths"] == "results-*/junit.xml"
+    assert publish["with"]["job_summary"] is False  # the merged summary is the only one
+    summaries = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+    assert len(summaries) == 1
+    uploads = [s for s in workflow["jobs"]["conformance"]["steps"] if "with" in s]
+    assert any(s["with"].get("path") == "results/" for s in uploads)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cases import parse_case_id
 from reports import build_reports, normalise_error, read_rows, render_markdown
 from reports.__main__ import main
-from reports.junit import safe_file_stem, unique_file_stems
+from reports.charts import error_points, model_times, stage_counts
 from reports.rows import CaseResult
 from reports.signatures import MAX_SIGNATURE_CHARS
 from reports.summary_md import MAX_DIFFERING_CASES, summary_markdown
@@ -167,19 +168,25 @@ def test_side_by_side_counts_only_cases_every_exporter_ran(markdown):
 def test_side_by_side_lists_exactly_the_differing_cases(markdown):
     text = section(markdown["summary.md"], "Exporters side by side")
     ops = only_table(section(text, "Op cases where the exporters disagree"))
-    assert {row["case"]: (row["ours"], row["torch-dynamo"]) for row in ops} == {
-        "op::add::s000::f16::static::opset20::cpu": ("pass", "fail@compare"),
-        "op::add::s001::f32::dynamic::opset20::cpu": ("pass", "fail@second-shape"),
-        "op::nn.functional.conv2d::s000::f32::dynamic::opset20::cpu": ("fail@compare", "pass"),
+    # The id is the failing exporter's full id: the one `python -m conformance repro` takes.
+    assert {row["case id (repro)"]: (row["ours"], row["torch-dynamo"]) for row in ops} == {
+        "op::add::s000::f16::static::opset20::cpu::torch-dynamo": ("pass", "fail@compare"),
+        "op::add::s001::f32::dynamic::opset20::cpu::torch-dynamo": ("pass", "fail@second-shape"),
+        "op::nn.functional.conv2d::s000::f32::dynamic::opset20::cpu::ours": (
+            "fail@compare",
+            "pass",
+        ),
     }
+    for row in ops:
+        assert parse_case_id(row["case id (repro)"]).id == row["case id (repro)"]
     assert "`ours` passes, `torch-dynamo` does not: 2" in text
     assert "`torch-dynamo` passes, `ours` does not: 1" in text
     models = only_table(section(text, "Model cases where the exporters disagree"))
     # fasterrcnn dynamic fails with both exporters, so it is no disagreement.
-    assert [row["case"] for row in models] == [
-        "model::synthetic/lstm_bidir::f32::dynamic::opset20::cpu::opt",
-        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::static::opset20::cpu::opt",
-        "model::transformers/bert::f32::dynamic::opset20::cpu::opt",
+    assert [row["case id (repro)"] for row in models] == [
+        "model::synthetic/lstm_bidir::f32::dynamic::opset20::cpu::torch-dynamo::opt",
+        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::static::opset20::cpu::torch-dynamo::opt",
+        "model::transformers/bert::f32::dynamic::opset20::cpu::torch-dynamo::opt",
     ]
     assert models[2]["torch-dynamo"] == "vacuous@compare"  # vacuous is never a pass
 
@@ -238,9 +245,9 @@ def test_top_error_signatures_count_per_exporter_stage_and_signature(markdown):
 
 def test_ops_headline_counts_ops_with_every_case_passing(markdown):
     table = by(only_table(section(markdown["summary.md"], "Ops")), "exporter")
-    assert table["ours"]["ops with every case passing"] == "1/4 (25%)"  # only add
+    assert table["ours"]["ops passing"] == "1/4 (25%)"  # only add
     assert table["ours"]["op cases passing"] == "7/11 (64%)"
-    assert table["torch-dynamo"]["ops with every case passing"] == "1/3 (33%)"  # only conv2d
+    assert table["torch-dynamo"]["ops passing"] == "1/3 (33%)"  # only conv2d
 
 
 def test_model_headline_puts_exporters_side_by_side_per_family(markdown):
@@ -269,8 +276,7 @@ def test_summary_links_the_other_reports(markdown):
     for target in (
         "(ops.md)",
         "(models.md)",
-        "(charts/ops_pass_rate.png)",
-        "(charts/models_pass_rate.png)",
+        *(f"(charts/{name}.png)" for name in CHARTS),
     ):
         assert target in summary
 
@@ -291,10 +297,13 @@ def test_empty_rows_say_so(tmp_path):
 
 
 def test_ops_table_cells(markdown):
-    table = by(only_table(markdown["ops.md"]), "op")
-    assert list(table) == sorted(OPS)
+    # Every fixture op has an unexpected result: one table under the elementwise... headings.
+    unexpected = section(markdown["ops.md"], "Ops with unexpected results (4)")
+    table = by([row for found in tables(unexpected) for row in found], "op")
+    assert sorted(table) == sorted(OPS)
+    assert "### elementwise (1)" in unexpected and "### nn (1)" in unexpected
     add = table["add"]
-    assert add["family"] == "elementwise"
+    assert add["unexpected case"] == "op::add::s000::f16::static::opset20::cpu::torch-dynamo (+1)"
     assert add["f32 static cpu ours"] == "2/2"
     assert add["f32 dynamic cpu torch-dynamo"] == "1/2"
     assert add["f16 static cpu torch-dynamo"] == "0/1"
@@ -313,13 +322,14 @@ def test_ops_table_cells(markdown):
 
 def test_ops_table_adds_opset_columns_only_when_opsets_vary(rows):
     op_rows = [r for r in rows if r.kind == "op"]
-    assert not any("opset" in h for h in only_table(render_markdown(op_rows)["ops.md"])[0])
+    assert not any("opset" in h for h in tables(render_markdown(op_rows)["ops.md"])[0][0])
     extra = CaseResult(
         id="op::add::s000::f32::static::opset18::cpu::ours", kind="op", subject="add",
         family="elementwise", dtype="f32", shapes="static", opset=18, provider="cpu",
         exporter="ours", status="pass",
     )  # fmt: skip
-    table = by(only_table(render_markdown([*op_rows, extra])["ops.md"]), "op")
+    found = tables(render_markdown([*op_rows, extra])["ops.md"])
+    table = by([row for rows_of_table in found for row in rows_of_table], "op")
     assert table["add"]["f32 static cpu ours opset18"] == "1/1"
     assert table["add"]["f32 static cpu ours opset20"] == "2/2"
 
@@ -328,8 +338,19 @@ def test_ops_table_adds_opset_columns_only_when_opsets_vary(rows):
 
 
 def test_models_table_cells(markdown):
-    table = by(only_table(markdown["models.md"]), "model")
-    assert list(table) == sorted(MODELS)
+    models_md = markdown["models.md"]
+    table = by([row for found in tables(models_md) for row in found], "model")
+    assert sorted(table) == sorted(MODELS)
+    unexpected = only_table(section(models_md, "Models with unexpected results (2)"))
+    assert [row["model"] for row in unexpected] == [
+        "fasterrcnn_mobilenet_v3_large_fpn",
+        "lstm_bidir",
+    ]
+    # bert's only non-pass is vacuous: no expectation covers it, but it is no failure either.
+    rest = section(models_md, "Models with only expected failures or vacuous cases (1)")
+    assert [row["model"] for row in tables(rest)[0]] == ["bert"]
+    assert "<details><summary>Passing models (1)</summary>" in rest
+    assert [row["model"] for row in tables(rest)[1]] == ["resnet18"]
     resnet = table["resnet18"]
     assert resnet["static ours cpu"] == "pass (2e-06)"  # extra.max_rel_scale wins over max_rel
     assert resnet["static torch-dynamo cpu"] == "pass (4e-06)"  # falls back to max_rel
@@ -346,108 +367,83 @@ def test_models_table_cells(markdown):
     assert table["bert"]["ORT latency ours/torch-dynamo"] == "1.25×"
 
 
-# --- JUnit ----------------------------------------------------------------------------------
+# --- JUnit: pytest's own ---------------------------------------------------------------------
 
 
-def test_junit_has_a_suite_per_op_and_a_case_per_row(built):
-    for op in OPS:
-        assert (built / "junit" / "ops" / f"{op}.xml").is_file()
-    root = ET.parse(built / "junit" / "ops.xml").getroot()
-    assert root.tag == "testsuites"
-    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
-    assert set(suites) == set(OPS)
-    assert {name: len(s.findall("testcase")) for name, s in suites.items()} == {
-        "__getitem__": 4,
-        "add": 10,
-        "nn.functional.conv2d": 5,
-        "sum": 2,
-    }
-    assert root.attrib["tests"] == "21"
-    assert (root.get("failures"), root.get("errors"), root.get("skipped")) == ("4", "2", "3")
-    getitem = suites["__getitem__"]
-    assert (getitem.get("errors"), getitem.get("skipped"), getitem.get("failures")) == (
-        "2",
-        "2",
-        "0",
+def test_reports_write_no_xml_and_a_rebuild_drops_stale_charts(rows, tmp_path):
+    build_reports(rows, tmp_path)
+    assert not list(tmp_path.rglob("*.xml"))
+    assert (tmp_path / "charts" / "model_timings.png").exists()
+    build_reports([r for r in rows if r.kind == "op"], tmp_path)
+    assert not (tmp_path / "charts" / "model_timings.png").exists()
+
+
+def test_harness_junit_is_pytests_with_properties_numbers_and_file_line(tmp_path):
+    """The harness's pytest command writes the JUnit file; under xdist (-n 2) it keeps each
+    case's properties, the failure message as raised (numbers unmasked) and file/line."""
+    from conformance.__main__ import build_pytest_command
+
+    test_file = tmp_path / "test_cases.py"
+    test_file.write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_case(i, record_property):\n"
+        "    record_property('max_rel', 0.25 * i)\n"
+        "    if i == 1:\n"
+        "        pytest.fail('fail at stage compare\\noutput 0: 3/6 elements exceed rtol=1e-05',"
+        " pytrace=False)\n"
     )
-
-
-def test_junit_outcome_elements_follow_status(built):
-    single = ET.parse(built / "junit" / "ops" / "__getitem__.xml").getroot()
-    assert single.tag == "testsuite"
-    cases = {case.get("name"): case for case in single.findall("testcase")}
-    crash = cases["op::__getitem__::s000::f32::static::opset20::cpu::ours"]
-    assert crash.get("classname") == "__getitem__"
-    assert crash.find("error").get("type") == "crash"
-    assert (
-        cases["op::__getitem__::s000::f32::dynamic::opset20::cpu::ours"].find("error") is not None
-    )
-    xfail = cases["op::__getitem__::s000::f32::static::opset20::cpu::torch-dynamo"].find("skipped")
-    assert "boolean-mask indexing is data-dependent" in xfail.get("message")
-    sum_cases = ET.parse(built / "junit" / "ops" / "sum.xml").getroot().findall("testcase")
-    xpass = next(c for c in sum_cases if "dynamic" in c.get("name"))
-    assert "unexpectedly passed" in xpass.find("failure").get("message")
-    passing = next(c for c in sum_cases if "static" in c.get("name"))
-    assert [child.tag for child in passing] == ["properties"]
-
-
-def test_junit_properties_and_terminal_escapes(built):
-    suite = ET.parse(built / "junit" / "ops" / "nn.functional.conv2d.xml").getroot()
-    case = next(
-        c
-        for c in suite.findall("testcase")
-        if c.get("name").endswith("f32::dynamic::opset20::cpu::ours")
-    )
-    props = {p.get("name"): p.get("value") for p in case.find("properties").findall("property")}
-    for name in ("dtype", "shapes", "opset", "provider", "exporter", "stage", "max_abs", "max_rel",
-                 "export_s", "run_s"):  # fmt: skip
-        assert name in props
-    assert props["shapes"] == "dynamic"
-    assert props["stage"] == "compare"
-    assert props["max_rel"] == "0.3"
-    assert props["run_s"] == "0.05"
-    failure = case.find("failure")
-    assert "Mismatched elements: 40 / 96" in failure.text  # the error text had an ANSI escape
-    assert case.get("time") == "0.950"
-
-
-def test_junit_per_model(built):
-    root = ET.parse(built / "junit" / "models.xml").getroot()
-    assert {s.get("name") for s in root.findall("testsuite")} == set(MODELS)
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("16", "5", "0")
-    bert = ET.parse(built / "junit" / "models" / "bert.xml").getroot()
-    vacuous = next(
-        c
-        for c in bert.findall("testcase")
-        if "dynamic" in c.get("name") and "torch-dynamo" in c.get("name")
-    )
-    assert vacuous.find("failure").get("message").startswith("vacuous")
-    props = {p.get("name"): p.get("value") for p in vacuous.iter("property")}
-    assert props["optimize"] == "True"
-
-
-def test_junit_file_names_are_safe_and_distinct():
-    assert safe_file_stem("torchvision/resnet18") == "torchvision_resnet18"
-    assert safe_file_stem("..") == "_"
-    assert safe_file_stem("__getitem__") == "__getitem__"
-    stems = unique_file_stems(["a/b", "a_b", "A_B", "x y"])
-    assert len(set(stems.values())) == 4
-    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", stem) for stem in stems.values())
-
-
-def test_rebuild_removes_stale_junit(rows, tmp_path):
-    build_reports(rows, tmp_path, charts=False)
-    build_reports([r for r in rows if r.subject != "sum"], tmp_path, charts=False)
-    assert not (tmp_path / "junit" / "ops" / "sum.xml").exists()
-    assert (tmp_path / "junit" / "ops" / "add.xml").exists()
+    junit = tmp_path / "junit.xml"
+    command = build_pytest_command([str(test_file), "-n", "2", "-q"], junit)
+    assert f"--junitxml={junit}" in command and "junit_family=xunit1" in command
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    assert len(cases) == 4
+    failed = cases["test_case[1]"]
+    assert failed.get("file") == "test_cases.py" and failed.get("line") == "1"
+    assert "3/6 elements exceed rtol=1e-05" in failed.find("failure").get("message")
+    for name, case in cases.items():
+        (prop,) = case.iter("property")
+        assert prop.get("name") == "max_rel"
+        assert float(prop.get("value")) == 0.25 * int(name[-2])
 
 
 # --- charts, step summary, CLI --------------------------------------------------------------
 
 
+CHARTS = ("op_failures_by_stage", "model_failures_by_stage", "error_vs_tolerance", "model_timings")
+
+
 def test_charts_are_png(built):
-    for name in ("ops_pass_rate.png", "models_pass_rate.png"):
-        assert (built / "charts" / name).read_bytes().startswith(PNG_MAGIC)
+    for name in CHARTS:
+        assert (built / "charts" / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_failure_chart_counts_cases_that_ran_by_family_and_stage(rows):
+    counts = stage_counts(rows, "op")
+    # indexing (__getitem__): ours export timeout and run crash, torch-dynamo 2 xfails at export.
+    assert counts.counts[("indexing", "export", True)] == 2
+    assert counts.counts[("indexing", "export", False)] == 1
+    assert counts.counts[("indexing", "run", False)] == 1
+    assert counts.families[0] == "indexing"  # most failures first
+    assert counts.ran["nn"] == 4  # the skipped conv2d f16 case is in no denominator
+    assert all(stage != "skip" for _, stage, _ in counts.counts)
+
+
+def test_error_chart_takes_compare_failures_with_their_tolerance(rows):
+    # The other compare failures of the fixture recorded no rtol: nothing to place them against.
+    (point,) = error_points(rows)
+    assert point.id == "op::add::s000::f16::static::opset20::cpu::torch-dynamo"
+    assert (point.observed, point.tolerance, point.status) == (0.05, 1e-3, "fail")
+
+
+def test_timing_chart_compares_only_models_every_exporter_exported(rows):
+    times = model_times(rows)
+    assert times.exporters == ["ours", "torch-dynamo"]
+    # torch.onnx failed to export fasterrcnn: its time-to-fail is not an export time.
+    assert times.models == ["bert", "lstm_bidir", "resnet18"]
+    assert times.export_s["resnet18", "ours"] == 4
 
 
 def test_markdown_does_not_import_matplotlib():
@@ -471,14 +467,14 @@ def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
     summary = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert appended.startswith("# Conformance summary\n")
     assert only_table(section(appended, "Ops")) == only_table(section(summary, "Ops"))
-    assert "pass_rate.png" in summary
-    assert "pass_rate.png" not in appended  # relative images do not resolve on GitHub
+    assert "failures_by_stage.png" in summary
+    assert "failures_by_stage.png" not in appended  # relative images do not resolve on GitHub
 
 
 def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     written = build_reports(rows, tmp_path, charts=False)
-    assert {p.name for p in written} >= {"summary.md", "ops.md", "models.md", "ops.xml"}
+    assert {p.name for p in written} == {"summary.md", "ops.md", "models.md"}
 
 
 def test_cli_builds_from_a_directory(tmp_path, capsys):
@@ -487,7 +483,11 @@ def test_cli_builds_from_a_directory(tmp_path, capsys):
     (results / "w0.jsonl").write_text(FIXTURE.read_text(), encoding="utf-8")
     assert main(["build", str(results), "--out", str(tmp_path / "out")]) == 0
     assert "37 cases, 23 passed" in capsys.readouterr().out
-    assert (tmp_path / "out" / "charts" / "ops_pass_rate.png").read_bytes().startswith(PNG_MAGIC)
+    assert (
+        (tmp_path / "out" / "charts" / "op_failures_by_stage.png")
+        .read_bytes()
+        .startswith(PNG_MAGIC)
+    )
 
 
 def test_cli_names_a_missing_results_path(tmp_path, capsys):
@@ -574,8 +574,8 @@ def test_side_by_side_leaves_skips_out_and_counts_ops_that_fully_pass():
     # ours: neg and abs; torch-dynamo: neg and exp.
     assert by(fully, "kind")["ops"] == {
         "kind": "ops",
-        "ours: all cases pass": "2",
-        "torch-dynamo: all cases pass": "2",
+        "ours: passing": "2/3 (67%)",
+        "torch-dynamo: passing": "2/3 (67%)",
     }
 
 
@@ -604,3 +604,171 @@ def test_summary_gives_each_exporter_static_and_dynamic_per_kind_and_dtype():
         ("ours", "i64"): ("1/1 (100%)", ""),
         ("torch-dynamo", "f32"): ("0/1 (0%)", ""),
     }
+
+
+# --- triage ---------------------------------------------------------------------------------
+
+
+def test_summary_opens_with_the_unexpected_results(markdown):
+    summary = markdown["summary.md"]
+    assert summary.index("## Unexpected results") < summary.index("## Pass rate by exporter")
+    table = by(only_table(section(summary, "Unexpected results")), "case id")
+    assert list(table) == [  # fail, then crash, timeout, xpass; ops before models
+        "op::add::s000::f16::static::opset20::cpu::torch-dynamo",
+        "op::add::s001::f32::dynamic::opset20::cpu::torch-dynamo",
+        "op::nn.functional.conv2d::s000::f32::dynamic::opset20::cpu::ours",
+        "model::synthetic/lstm_bidir::f32::dynamic::opset20::cpu::torch-dynamo::opt",
+        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::dynamic::opset20::cpu::ours::opt",
+        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::dynamic::opset20::cpu::torch-dynamo::opt",
+        "model::torchvision/fasterrcnn_mobilenet_v3_large_fpn::f32::static::opset20::cpu::torch-dynamo::opt",
+        "op::__getitem__::s000::f32::static::opset20::cpu::ours",
+        "op::__getitem__::s000::f32::dynamic::opset20::cpu::ours",
+        "op::sum::s000::f32::dynamic::opset20::cpu::ours",
+    ]  # fmt: skip
+    # op::add::s000 f32 static ours failed, then passed on its re-run: the last row counts.
+    second_shape = table["op::add::s001::f32::dynamic::opset20::cpu::torch-dynamo"]
+    assert second_shape["status"] == "fail"
+    assert second_shape["stage"] == "second-shape"
+    # The message as raised, numbers kept (the signature tables mask them).
+    assert second_shape["message"] == "AssertionError: second shape [3, 5] gave wrong values"
+    assert second_shape["repro folder"] == "results/repro/add-s001"
+    timeout = table["op::__getitem__::s000::f32::dynamic::opset20::cpu::ours"]
+    assert (timeout["status"], timeout["message"]) == ("timeout", "Timeout: case exceeded 60 s")
+    conv = table["op::nn.functional.conv2d::s000::f32::dynamic::opset20::cpu::ours"]
+    assert conv["message"] == "AssertionError: Tensor-likes are not close!"  # escape dropped
+    assert table["op::sum::s000::f32::dynamic::opset20::cpu::ours"]["status"] == "xpass"
+    for case_id in table:
+        if case_id.startswith("op::"):
+            assert parse_case_id(case_id).id == case_id
+
+
+def test_triage_says_so_when_nothing_is_unexpected(rows):
+    expected_only = [r for r in rows if r.status in ("pass", "xfail", "skip")]
+    text = section(summary_markdown(expected_only), "Unexpected results")
+    assert text.strip().startswith("None: every case that ran passed or failed as")
+    assert not tables(text)
+
+
+def _neg_row(sample: int, status: str, error: str | None = None) -> CaseResult:
+    return CaseResult(
+        id=f"op::neg::s{sample:03d}::f32::dynamic::opset20::cpu::ours",
+        kind="op", subject="neg", family="elementwise", dtype="f32", shapes="dynamic",
+        opset=20, provider="cpu", exporter="ours", status=status,
+        stage=None if status in ("pass", "skip") else "compare", error=error,
+    )  # fmt: skip
+
+
+def test_skips_are_counted_apart_from_error_signatures():
+    rows = [
+        _neg_row(i, "skip", "dynamic: no input dimension >= 2 to make dynamic") for i in range(5)
+    ]
+    rows.append(_neg_row(9, "fail", "AssertionError: output 0: 3/6 elements exceed rtol=1e-05"))
+    summary = summary_markdown(rows)
+    signatures = only_table(section(summary, "Top error signatures"))
+    assert [r["signature"] for r in signatures] == [
+        "AssertionError: output <N>: <N>/<N> elements exceed rtol=<N>"
+    ]
+    skips = only_table(section(summary, "Skipped cases"))
+    assert [(r["count"], r["reason"]) for r in skips] == [
+        ("5", "dynamic: no input dimension >= <N> to make dynamic")
+    ]
+    triage = only_table(section(summary, "Unexpected results"))
+    assert triage[0]["message"] == "AssertionError: output 0: 3/6 elements exceed rtol=1e-05"
+
+
+def test_one_definition_of_a_passing_op_in_every_report():
+    # neg: one pass and skips -> passes; abs: an xfail -> does not pass; exp: only skips -> not
+    # judged. Summary, ops.md and the side-by-side table all say 1 of 2.
+    rows = []
+    for exporter in ("ours", "torch-dynamo"):
+        for op, status in (("neg", "pass"), ("neg", "skip"), ("abs", "pass"), ("abs", "xfail"),
+                           ("exp", "skip")):  # fmt: skip
+            sample = sum(1 for r in rows if r.subject == op and r.exporter == exporter)
+            rows.append(
+                CaseResult(
+                    id=f"op::{op}::s{sample:03d}::f32::static::opset20::cpu::{exporter}",
+                    kind="op", subject=op, family="elementwise", dtype="f32", shapes="static",
+                    opset=20, provider="cpu", exporter=exporter, status=status,
+                    stage="export" if status == "xfail" else None,
+                )
+            )  # fmt: skip
+    markdown = render_markdown(rows)
+    ops = by(only_table(section(markdown["summary.md"], "Ops")), "exporter")
+    assert ops["ours"]["ops passing"] == ops["torch-dynamo"]["ops passing"] == "1/2 (50%)"
+    side = by(tables(section(markdown["summary.md"], "Exporters side by side"))[1], "kind")
+    assert side["ops"]["ours: passing"] == "1/2 (50%)"
+    assert "1 of the 2 ops with a case that ran pass" in markdown["ops.md"]
+
+
+def test_summary_header_names_commit_command_versions_provider_and_opset(rows):
+    runs = [
+        {
+            "run_id": "20261124T030222052602-31089",
+            "started": "2026-11-24T03:03:44+00:00",
+            "commit": "a6a71b2deadb",
+            "command": "python -m conformance run --ops add",
+        }
+    ]
+    summary = summary_markdown(rows, runs=runs)
+    header = summary.split("## Unexpected results")[0]
+    assert "Commit: `a6a71b2deadb`" in header
+    assert "Run: 2026-11-24T03:03:44+00:00" in header
+    assert "Command: `python -m conformance run --ops add`" in header
+    assert "Versions: torch 2.14.1 · onnx 1.23.2 · onnxruntime 1.31.1" in header
+    assert "Provider: cpu · opset: 20" in header
+    assert "commit and command unknown" in summary_markdown(rows).split("## Unexpected")[0]
+
+
+def test_manifest_records_commit_and_command(tmp_path, monkeypatch):
+    from conformance import runs
+
+    monkeypatch.setenv(runs.COMMAND_ENV, "python -m conformance run --ops add")
+    path = runs.write_manifest(tmp_path, "20261124T000000000000-1", resume=False, cases=["a"])
+    manifest = json.loads(path.read_text())
+    assert manifest["command"] == "python -m conformance run --ops add"
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+        cwd=Path(__file__).parent,
+    ).stdout.strip()  # fmt: skip
+    assert manifest["commit"].startswith(head)
+    found = read_rows_with_runs(tmp_path)
+    assert found.runs[0]["command"] == "python -m conformance run --ops add"
+
+
+def read_rows_with_runs(folder: Path):
+    from reports.rows import scan_rows
+
+    return scan_rows([folder])
+
+
+def test_expected_failures_show_reason_and_link_to_their_entry(tmp_path):
+    from reports.expectation_links import ExpectationLinks
+    from reports.ops_md import ops_markdown
+
+    folder = tmp_path / "expectations"
+    folder.mkdir()
+    (folder / "ours.toml").write_text(
+        "# header comment\n\n"
+        '[[expectation]]\nid = "op::abs::*"\nstatus = "xfail"\nstage = "compare"\n'
+        'reason = "another reason"\nlink = "issue 1"\n\n'
+        '[[expectation]]\nid = "op::equal::*"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "data-dependent output"\nlink = "issue 3"\n'
+    )
+    rows = [
+        CaseResult(
+            id=f"op::equal::s00{i}::f32::static::opset20::cpu::ours", kind="op",
+            subject="equal", family="comparison", dtype="f32", shapes="static", opset=20,
+            provider="cpu", exporter="ours", status=status,
+            stage="export" if status == "xfail" else None,
+            expectation="data-dependent output" if status == "xfail" else None,
+        )
+        for i, status in enumerate(("xfail", "pass", "xfail"))
+    ]  # fmt: skip
+    out = tmp_path / "reports"
+    text = ops_markdown(rows, ExpectationLinks(folder), str(out))
+    expected = section(text, "Ops with expected failures only (1)")
+    (row,) = only_table(section(expected, "comparison (1)"))
+    assert row["reason"] == "data-dependent output ×2"
+    assert row["entry"] == "[ours.toml:10](../expectations/ours.toml#L10)"
+    assert row["f32 static cpu ours"] == "1/3"
+    assert "None." in section(text, "Ops with unexpected results (0)")

@@ -219,3 +219,95 @@ def test_write_report_on_an_empty_record_still_writes_every_section(tmp_path):
     assert path.parent == tmp_path / "new"
     assert headings(path) == list(report.SECTIONS)
     assert NAME.fullmatch(path.name).group(1) == "error"
+
+
+def test_report_path_is_printed_on_success_and_noted_on_the_failure(tmp_path, capsys):
+    program = exporter.export(
+        Small().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path / "ok"
+    )
+    assert f"[exporter] export report written to {program.report_path}" in capsys.readouterr().out
+    with pytest.raises(exporter.UnsupportedOpError) as raised:
+        exporter.export(
+            ThreeCustomOps().eval(), (torch.randn(2, 3),), report=True, artifacts_dir=tmp_path / "x"
+        )
+    path = only_report(tmp_path / "x")
+    assert f"export report written to {path}" in capsys.readouterr().out
+    assert f"export report: {path}" in raised.value.__notes__
+
+
+def test_verify_requested_but_not_reached_says_so(tmp_path):
+    path = _failed_report(tmp_path, verify=True)
+    for title in ("Accuracy", "Bisection"):
+        text = section(path, title)
+        assert "`verify=True` was requested, but the export failed at translation" in text
+        assert "not requested" not in text and "pass `verify=True`" not in text
+    assert "pass verify=True" not in section(path, "Status")
+
+
+def test_without_verify_the_report_says_how_to_ask_for_it(tmp_path):
+    program = exporter.export(
+        Small().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
+    )
+    assert "Not run: pass `verify=True`" in section(program.report_path, "Accuracy")
+    assert "Not run: pass `verify=True`" in section(program.report_path, "Bisection")
+
+
+class ScaledSigmoid(torch.nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(x) * 1.75
+
+
+def test_report_shows_the_onnx_graph_as_text_collapsed(tmp_path):
+    program = exporter.export(
+        ScaledSigmoid().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
+    )
+    text = section(program.report_path, "ONNX graph")
+    assert "<details><summary>The graph as text (2 nodes in the main graph)</summary>" in text
+    assert "::Sigmoid(" in text and "::Mul(" in text
+    assert "{1.75}" in text  # the constant's value, where a wrong one would show
+    assert "translation did not produce" in section(
+        _failed_report(tmp_path / "failed"), "ONNX graph"
+    )
+
+
+def _failed_report(folder: Path, **options) -> Path:
+    """The report of an export that fails at translation (three ops without a translation)."""
+    with pytest.raises(exporter.UnsupportedOpError):
+        exporter.export(
+            ThreeCustomOps().eval(),
+            (torch.randn(2, 3),),
+            report=True,
+            artifacts_dir=folder,
+            **options,
+        )
+    return only_report(folder)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_custom_op_repro_and_dump_import_the_module_that_registers_the_ops(tmp_path):
+    """In a fresh process the custom ops exist only after their module is imported: the
+    repro script and the report's torch.export.load line both import it first."""
+    import json
+    import subprocess
+    import sys
+
+    path = _failed_report(tmp_path, dump_exported_program=True)
+    repro = report.repro_folder(path)
+    assert json.loads((repro / "case.json").read_text())["imports"] == [__name__]
+    header = path.read_text().split("\n## ")[0]
+    assert f"imports `{__name__}` first" in header
+    rerun = subprocess.run(
+        [sys.executable, str(repro / "rerun_export.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # The ops are registered (no "unknown operator" from torch): the export fails as it did.
+    assert rerun.returncode == 1 and "3 ops have no ONNX translation" in rerun.stderr, rerun.stderr
+    load = re.search(r"load it with `([^`]+)`", header).group(1)
+    assert load.startswith(f"import {__name__}; import torch; program = torch.export.load(")
+    loaded = subprocess.run(
+        [sys.executable, "-c", load + "; print(len(program.graph.nodes))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
