@@ -142,14 +142,22 @@ def _unflatten_dynamic(values: Any, layout: Any) -> Any:
         else:
             layer = module.DynamicLayer()
         if filled:
-            key, value = values.pop(0), values.pop(0)
-            layer.update(key, value)
+            _fill(layer, values.pop(0), values.pop(0))
         layers.append(layer)
     if not layers:
         return module.DynamicCache()
     cache = module.DynamicCache()
     cache.layers = layers
     return cache
+
+
+def _fill(layer: Any, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Hold ``key`` and ``value`` themselves: ``update`` would store a concatenated (and, for a
+    sliding layer, sliced) copy, whose sizes torch.export cannot trace back to the inputs'."""
+    layer.lazy_initialization(key, value)
+    layer.keys, layer.values = key, value
+    if hasattr(layer, "cumulative_length"):
+        layer.cumulative_length = key.shape[-2]
 
 
 # --- EncoderDecoderCache -----------------------------------------------------------------------

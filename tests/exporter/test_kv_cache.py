@@ -230,3 +230,32 @@ def test_encoder_decoder_cache_names_its_two_parts():
         present.self_attention_cache.layers[0].values,
         expected.self_attention_cache.layers[0].values,
     )
+
+
+def test_a_static_cache_is_refused_with_what_to_pass_instead():
+    config = transformers.LlamaConfig(**_LLAMA)
+    cache = transformers.StaticCache(config=config, max_cache_len=8)
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="Pass a DynamicCache"):
+        exporter.export(_CacheUpdate().eval(), (torch.randn(1, 2, 1, 4), cache))
+
+
+def _sliding_cache(batch: int, past: int, window: int = 8):
+    cache = transformers.DynamicCache()
+    cache.layers = [transformers.cache_utils.DynamicSlidingWindowLayer(sliding_window=window)]
+    cache.layers[0].update(torch.randn(batch, 2, past, 4), torch.randn(batch, 2, past, 4))
+    return cache
+
+
+def test_a_sliding_window_cache_within_its_window_round_trips():
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _sliding_cache(2, 3)),
+        dynamic_shapes=({0: "batch"}, {0: "batch", 2: "past_sequence"}),
+    )
+    key, cache = torch.randn(3, 2, 3, 4), _sliding_cache(3, 2)
+    _, present = program.unflatten_outputs(program(key, cache))
+    _, expected = _CacheUpdate()(key, copy.deepcopy(cache))
+    layer = present.layers[0]
+    assert type(layer) is transformers.cache_utils.DynamicSlidingWindowLayer
+    assert layer.sliding_window == 8 and layer.cumulative_length == 5
+    torch.testing.assert_close(layer.keys, expected.layers[0].keys)
