@@ -27,6 +27,8 @@ from exporter._errors import InvalidExportArgumentsError
 
 _CACHE_MODULE = "transformers.cache_utils"
 KINDS = ("key", "value")
+#: cumulative_length of a sliding layer rebuilt with a full window, which may have slid.
+_UNKNOWN_LENGTH = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,14 @@ def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
     if kind is module.DynamicSlidingWindowLayer:
         stored = 0 if layer.keys is None else layer.keys.shape[-2]
         seen = layer.cumulative_length
+        if seen == _UNKNOWN_LENGTH:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} was rebuilt from graph outputs with a "
+                f"full sliding window ({stored} tokens, window {layer.sliding_window}): how "
+                f"many tokens it has seen, which sets the positions of the next ones, is not "
+                f"among the graph's outputs. Through the exported graph a sequence can grow to "
+                f"{layer.sliding_window - 2} tokens; run longer ones in eager."
+            )
         if isinstance(seen, int) and isinstance(stored, int) and seen != stored:
             raise InvalidExportArgumentsError(
                 f"{type(cache).__name__} layer {index} is a sliding-window layer that has seen "
@@ -157,7 +167,10 @@ def _fill(layer: Any, key: torch.Tensor, value: torch.Tensor) -> None:
     layer.lazy_initialization(key, value)
     layer.keys, layer.values = key, value
     if hasattr(layer, "cumulative_length"):
-        layer.cumulative_length = key.shape[-2]
+        stored = key.shape[-2]
+        full = isinstance(stored, int) and stored >= layer.sliding_window - 1
+        # A full window may have slid: how many tokens it saw (the next positions) is unknown.
+        layer.cumulative_length = _UNKNOWN_LENGTH if full else stored
 
 
 # --- EncoderDecoderCache -----------------------------------------------------------------------
@@ -206,8 +219,12 @@ def input_names(
     A cache passed as keyword ``past_key_values`` names its tensors ``past_key_values.0.key``;
     a positional one the same way after the forward() parameter it binds to (``parameters``).
     """
+    try:
+        leaves = pytree.tree_flatten_with_path((tuple(args), kwargs))[0]
+    except (ValueError, TypeError, NotImplementedError):  # a container registered without keys
+        return []
     names: list[str | None] = []
-    for path, _leaf in pytree.tree_flatten_with_path((tuple(args), kwargs))[0]:
+    for path, _leaf in leaves:
         top = path[1]
         if isinstance(top, pytree.MappingKey):
             prefix = str(top.key)
@@ -310,6 +327,9 @@ def graph_io_names(
     import inspect
 
     from torch.export import graph_signature as gs
+
+    if _CACHE_MODULE not in sys.modules:
+        return None, None  # no transformers, no cache: nothing to name
 
     try:
         parameters = list(inspect.signature(model.forward).parameters)

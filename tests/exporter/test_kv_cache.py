@@ -259,3 +259,16 @@ def test_a_sliding_window_cache_within_its_window_round_trips():
     assert type(layer) is transformers.cache_utils.DynamicSlidingWindowLayer
     assert layer.sliding_window == 8 and layer.cumulative_length == 5
     torch.testing.assert_close(layer.keys, expected.layers[0].keys)
+
+
+def test_a_sliding_window_filled_through_the_graph_is_not_fed_back_silently():
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _sliding_cache(2, 3)),
+        dynamic_shapes=({0: "batch"}, {0: "batch", 2: "past_sequence"}),
+    )
+    key = torch.randn(2, 2, 3, 4)
+    _, present = program.unflatten_outputs(program(key, _sliding_cache(2, 4)))
+    assert present.layers[0].keys.shape[2] == 7  # the window (8) minus one: it may have slid
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="full sliding window"):
+        program(key, present)
