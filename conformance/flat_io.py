@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from model_zoo.shapes import is_axis_spec
+from model_zoo.shapes import is_axis_spec, node_children
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,12 @@ def _collect(path: str, value: Any, spec: Any, found: list[FlatInput], taken: se
         for key, item in value.items():
             item_spec = spec.get(key) if isinstance(spec, dict) and not is_axis_spec(spec) else None
             _collect(f"{path}_{key}", item, item_spec, found, taken)
+        return
+    children = node_children(value)
+    if children is not None and isinstance(spec, (tuple, list)) and len(spec) == len(children):
+        # a registered container with one spec per child (a transformers cache)
+        for i, (item, item_spec) in enumerate(zip(children, spec)):
+            _collect(f"{path}_{i}", item, item_spec, found, taken)
         return
     # Other pytree containers (dataclasses, ModelOutput): flatten, no dynamic axes inside.
     leaves = pytree.tree_leaves(value)

@@ -632,6 +632,8 @@ def _run_model(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome)
     _record_model_result(outcome, result)
     if not result.ok:
         raise _StageFailed("compare", result.message)
+    if case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
+        _check_greedy(case, module, session, outcome)
 
     if second is None:
         return
@@ -656,6 +658,27 @@ def _run_model(key: ModelCaseId, scratch: Path, announce, outcome: ModelOutcome)
         outcome,
         "second inputs",
     )
+
+
+def _check_greedy(case, module, session, outcome) -> None:
+    """A decoder's 8 greedy tokens driven through the graph (prefill on an empty cache, then
+    decodes on the cache the graph returns) must equal eager's."""
+    import torch
+
+    from conformance import flat_io
+    from exporter.diagnostics.generation import check_greedy
+
+    def run_graph(**inputs):
+        flat = flat_io.flat_inputs(module, (), inputs, case.dynamic_shapes)
+        return [torch.from_numpy(out) for out in session.run(flat_io.feeds(flat))]
+
+    try:
+        check = check_greedy(module, run_graph, **case.greedy_prompt())
+    except Exception as exc:
+        raise _StageFailed("compare", f"greedy generation through the graph: {exc}") from exc
+    outcome.extra["greedy_tokens"] = check.onnx.tolist()
+    if check.problem:
+        raise _StageFailed("compare", check.problem)
 
 
 def _compare_with(compare, expected, actual):

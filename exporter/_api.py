@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from exporter import (
+    _caches,
     _capture,
     _capture_patches,
     _decompose,
@@ -73,6 +74,7 @@ def export(
     error: BaseException | None = None
     report_dir = Path(artifacts_dir)
     try:
+        _caches.register()
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
         opset = _opset_convert.check(opset_version)
@@ -243,7 +245,14 @@ def _export(
             _passes.optimize(model_ir)
     else:
         record.status["optimize"] = "skipped"
-    _validate.apply_io_names(model_ir, input_names, output_names, input_plan(decomposed))
+    plan = input_plan(decomposed)
+    if isinstance(model, torch.nn.Module):
+        cache_inputs, cache_outputs = _caches.graph_io_names(
+            model, decomposed, args, kwargs, model_ir.graph, plan
+        )
+        input_names = cache_inputs if input_names is None else input_names
+        output_names = cache_outputs if output_names is None else output_names
+    _validate.apply_io_names(model_ir, input_names, output_names, plan)
     if not metadata:
         _passes.strip_metadata(model_ir)
     # Last, after optimizing and naming: an opset older than the op library is reached by

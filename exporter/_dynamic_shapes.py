@@ -14,6 +14,7 @@ from torch.export import Dim
 from torch.export.dynamic_shapes import _DimHint, _DimHintType
 from torch.utils import _pytree as pytree
 
+from exporter import _caches
 from exporter._errors import InvalidExportArgumentsError
 
 
@@ -397,6 +398,12 @@ def normalize(
             return type(spec)(
                 convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
             )
+        if _caches.is_cache(value) and type(value) in pytree.SUPPORTED_NODES:
+            if spec is None:
+                return None
+            children = _caches.cache_children(value)
+            specs = _caches.expand_cache_spec(spec, value, path)
+            return [convert(s, c, f"{path}[{i}]") for i, (s, c) in enumerate(zip(specs, children))]
         if spec is not None and not (isinstance(spec, dict) and not spec):
             if isinstance(value, int) and not isinstance(value, bool):
                 return _int_spec(spec, value, path)

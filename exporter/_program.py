@@ -377,6 +377,9 @@ class ONNXProgram:
         they are skipped, and a baked scalar passed with another value is an error, since the
         graph would silently compute with the value it was exported with.
         """
+        from exporter import _caches
+
+        _caches.register()  # a cache among the inputs flattens as it did at export
         graph_inputs = list(self.model.graph.inputs)
         plan = None if self.exported_program is None else input_plan(self.exported_program)
         kwargs = dict(kwargs or {})
@@ -428,6 +431,34 @@ class ONNXProgram:
         if self._session is None:
             self.initialize_inference_session()
         return _dtypes.run_session(self._session, self._feeds(self._session, args, kwargs))
+
+    def unflatten_outputs(self, outputs: Sequence[Any]) -> Any:
+        """The flat outputs of a call rebuilt into what forward() returned at export: a
+        transformers ``ModelOutput`` with its ``DynamicCache``, a tuple, a dict, ...
+
+        Outputs that are no graph outputs (None, Python constants) come back as exported.
+        """
+        from torch.export import graph_signature as gs
+
+        if self.exported_program is None:
+            raise ValueError("this program has no exported program to take the output form from")
+        user_outputs = [
+            spec
+            for spec in self.exported_program.graph_signature.output_specs
+            if spec.kind == gs.OutputKind.USER_OUTPUT
+        ]
+        graph_count = sum(not isinstance(s.arg, gs.ConstantArgument) for s in user_outputs)
+        if len(outputs) != graph_count:
+            raise ValueError(
+                f"the model has {graph_count} graph outputs but {len(outputs)} were given; pass "
+                f"the list a call of this program returned"
+            )
+        given = iter(outputs)
+        leaves = [
+            spec.arg.value if isinstance(spec.arg, gs.ConstantArgument) else next(given)
+            for spec in user_outputs
+        ]
+        return pytree.tree_unflatten(leaves, self.exported_program.call_spec.out_spec)
 
     def call_reference(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model with onnx's reference evaluator."""

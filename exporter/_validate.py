@@ -112,6 +112,15 @@ def check_leaves(tree: Any, path: str = "inputs") -> None:
         return  # a registered container (e.g. a transformers Cache or ModelOutput)
     if isinstance(tree, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         return
+    from exporter import _caches
+
+    if _caches.is_cache(tree):
+        raise InvalidExportArgumentsError(
+            f"{path} is a transformers {type(tree).__name__}, which the exporter cannot flatten "
+            f"into graph inputs: its layers keep state beyond their key and value tensors (a "
+            f"static cache is written in place at cache positions). Pass a DynamicCache (or an "
+            f"EncoderDecoderCache of two) holding the same keys and values."
+        )
     import numpy as np
 
     hint = " Convert it with torch.from_numpy()." if isinstance(tree, np.ndarray) else ""

@@ -84,6 +84,10 @@ class ModelCase:
     #: replaces the element-wise comparison: (eager outputs, ONNX outputs) -> problems, none
     #: when they agree (detections compare up to score ties: exporter.detection_match)
     compare: Callable[[Any, Any], list[str]] | None = None
+    #: a decoder's greedy-generation prompt: keywords (input_ids, attention_mask, an empty
+    #: past_key_values) for exporter.diagnostics.generation.check_greedy, which the model suite
+    #: runs after the compare: 8 tokens through the graph must equal eager's
+    greedy_prompt: Callable[[], dict[str, Any]] | None = None
 
     @property
     def tags(self) -> frozenset[str]:

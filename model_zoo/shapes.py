@@ -123,15 +123,6 @@ def to_export_dynamic_shapes(
 
 
 def _walk_children(path: str, value: Any, spec: Any, visit: Callable[..., None]) -> None:
-    if isinstance(value, (tuple, list)):
-        if not isinstance(spec, (tuple, list)) or len(spec) != len(value):
-            raise DynamicShapesError(
-                f"{path}: inputs are a {type(value).__name__} of {len(value)} but the spec is "
-                f"{_describe(spec)}"
-            )
-        for index, (item, item_spec) in enumerate(zip(value, spec)):
-            visit(f"{path}[{index}]", item, item_spec)
-        return
     if isinstance(value, dict):
         if not isinstance(spec, dict) or is_axis_spec(spec) or set(spec) != set(value):
             raise DynamicShapesError(
@@ -141,10 +132,31 @@ def _walk_children(path: str, value: Any, spec: Any, visit: Callable[..., None])
         for key in value:
             visit(f"{path}[{key!r}]", value[key], spec[key])
         return
+    # a tuple or list, or a registered container (a cache) given one spec per child
+    items = value if isinstance(value, (tuple, list)) else node_children(value)
+    if items is not None and (isinstance(value, (tuple, list)) or isinstance(spec, (tuple, list))):
+        if not isinstance(spec, (tuple, list)) or len(spec) != len(items):
+            raise DynamicShapesError(
+                f"{path}: inputs are a {type(value).__name__} of {len(items)} parts but the "
+                f"spec is {_describe(spec)}"
+            )
+        for index, (item, item_spec) in enumerate(zip(items, spec)):
+            visit(f"{path}[{index}]", item, item_spec)
+        return
     if spec is not None:
         raise DynamicShapesError(
             f"{path}: a {type(value).__name__} input cannot carry dynamic axes, got {spec!r}"
         )
+
+
+def node_children(value: Any) -> list[Any] | None:
+    """The children of a registered pytree container other than tuple/list/dict (a
+    transformers cache, one entry per key or value tensor): a spec for it lists one entry per
+    child, as torch.export takes it. None for anything else."""
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    if node is None or isinstance(value, (tuple, list, dict)):
+        return None
+    return list(node.flatten_fn(value)[0])
 
 
 def _describe(spec: Any) -> str:

@@ -80,12 +80,11 @@ class TextModel(nn.Module):
 
 
 class CausalLMWithCache(nn.Module):
-    """One decoding step on top of a cache given as flat (key, value) tensors per layer.
+    """One step of a decoder on a transformers ``DynamicCache``: (logits, present cache).
 
-    transformers 5.23 does not register `DynamicCache` as a pytree node, so torch.export cannot
-    take the cache object as an input ("non-tensor type DynamicCache"). The wrapper rebuilds a
-    `DynamicCache` from the tensors inside forward and returns the logits and the updated
-    (present) keys and values, flattened layer by layer.
+    The cache goes in and comes out as the object itself; the exporter flattens it to
+    ``past_key_values.<layer>.key`` / ``.value`` inputs and ``present.*`` outputs. The same graph
+    serves a prefill (a cache of past length 0) and a decode (one new token).
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -93,25 +92,16 @@ class CausalLMWithCache(nn.Module):
         self.model = model
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        past_key_values: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> tuple[torch.Tensor, ...]:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(ddp_cache_data=past_key_values, config=self.model.config)
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
+    ) -> tuple[torch.Tensor, Any]:
         output = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            past_key_values=cache,
+            past_key_values=past_key_values,
             use_cache=True,
             return_dict=True,
         )
-        present = []
-        for layer in output.past_key_values.layers:
-            present += [layer.keys, layer.values]
-        return (output.logits, *present)
+        return output.logits, output.past_key_values
 
 
 class Seq2Seq(nn.Module):
@@ -230,6 +220,7 @@ def _register(
     second_sizes: Mapping[str, int],
     dynamic_shapes: Any,
     notes: str,
+    greedy_prompt: Callable[[], dict[str, Any]] | None = None,
 ) -> ModelCase:
     return register(
         ModelCase(
@@ -242,6 +233,7 @@ def _register(
             second_sizes=dict(second_sizes),
             dynamic_shapes=dynamic_shapes,
             notes=notes,
+            greedy_prompt=greedy_prompt,
         )
     )
 
@@ -350,6 +342,25 @@ _DECODERS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "Gemma2ForCausalLM",
         {**_DECODER_TEXT, "head_dim": 8, "sliding_window": 64, "query_pre_attn_scalar": 8},
     ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {**_DECODER_TEXT, "head_dim": 8, "sliding_window": 64, "query_pre_attn_scalar": 8},
+    ),
+    "falcon": (
+        "FalconConfig",
+        "FalconForCausalLM",
+        {k: v for k, v in {**_TEXT, **_TOKEN_IDS}.items() if k != "intermediate_size"},
+    ),
+    "opt": (
+        "OPTConfig",
+        "OPTForCausalLM",
+        {
+            **{k: v for k, v in {**_TEXT, **_TOKEN_IDS}.items() if k != "intermediate_size"},
+            "ffn_dim": 64,
+            "word_embed_proj_dim": 32,
+        },
+    ),
 }
 
 _KV_SIZES = {"batch": 2, "sequence": 2, "past_sequence": 5}
@@ -381,11 +392,13 @@ def _register_decoders() -> None:
             _KV_SIZES,
             _KV_SECOND_SIZES,
             _kv_shapes(config_kwargs=config),
-            notes=f"{model_class}: one decoding step of `sequence` new tokens on a cache of "
-            "`past_sequence` tokens filled by a prefill. The cache is passed as a list of "
-            "(key, value) tensors per layer and rebuilt as a DynamicCache inside the wrapper "
-            "(DynamicCache is not a pytree node in transformers 5.23). attention_mask spans "
-            "past + new tokens (axis total_sequence); returns (logits, *present keys/values).",
+            notes=f"{model_class}: one decoding step of `sequence` new tokens on a DynamicCache "
+            "of `past_sequence` tokens filled by a prefill, passed and returned as the cache "
+            "object (attention_mask spans past + new tokens, axis total_sequence); returns "
+            "(logits, present cache). The suite also generates 8 greedy tokens through the "
+            "graph (a prefill on an empty cache, then one-token decodes) and compares them "
+            "with eager's.",
+            greedy_prompt=_greedy_prompt(kv_name, build_language_model),
         )
 
 
@@ -398,12 +411,23 @@ def _kv_layers(config_kwargs: Mapping[str, Any]) -> int:
 
 
 def _kv_shapes(config_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    # One entry per flattened cache tensor (key, value per layer), the form torch.export and
+    # torch.onnx take; ours also takes the one axes dict for all of them.
     past_axes = {0: "batch", 2: "past_sequence"}
     return {
         "input_ids": {0: "batch", 1: "sequence"},
         "attention_mask": {0: "batch", 1: "total_sequence"},
-        "past_key_values": [(past_axes, past_axes) for _ in range(_kv_layers(config_kwargs))],
+        "past_key_values": [past_axes] * (2 * _kv_layers(config_kwargs)),
     }
+
+
+def _prefilled_cache(language_model: nn.Module, prompt: torch.Tensor) -> Any:
+    from exporter import _caches
+
+    _caches.register()  # flattening the case's outputs and inputs needs the cache as a node
+    with torch.no_grad():
+        prefill = language_model(input_ids=prompt, use_cache=True, return_dict=True)
+    return prefill.past_key_values
 
 
 def _kv_inputs(
@@ -414,19 +438,36 @@ def _kv_inputs(
     def make_inputs(sizes: Mapping[str, int]) -> Inputs:
         generator = generator_for(name, sizes)
         batch, sequence, past = sizes["batch"], sizes["sequence"], sizes["past_sequence"]
-        prompt = _token_ids(generator, batch, past)
-        with torch.no_grad():
-            prefill = language_model()(input_ids=prompt, use_cache=True, return_dict=True)
-        past_key_values = [
-            (layer.keys.clone(), layer.values.clone()) for layer in prefill.past_key_values.layers
-        ]
+        cache = _prefilled_cache(language_model(), _token_ids(generator, batch, past))
         return (), {
             "input_ids": _token_ids(generator, batch, sequence),
             "attention_mask": torch.ones((batch, past + sequence), dtype=torch.int64),
-            "past_key_values": past_key_values,
+            "past_key_values": cache,
         }
 
     return make_inputs
+
+
+def _greedy_prompt(
+    name: str, build_language_model: Callable[[], nn.Module]
+) -> Callable[[], dict[str, Any]]:
+    """A prompt of 2 rows, its mask and an empty cache of the model's layout, for
+    ``exporter.diagnostics.generation.check_greedy``."""
+    language_model = functools.cache(build_language_model)
+
+    def prompt() -> dict[str, Any]:
+        from exporter.diagnostics.generation import empty_cache_like
+
+        sizes = {"batch": 2, "sequence": 6}
+        generator = generator_for(f"{name}-greedy", sizes)
+        prompt_ids = _token_ids(generator, sizes["batch"], sizes["sequence"])
+        return {
+            "input_ids": prompt_ids,
+            "attention_mask": torch.ones_like(prompt_ids),
+            "past_key_values": empty_cache_like(_prefilled_cache(language_model(), prompt_ids)),
+        }
+
+    return prompt
 
 
 # --- encoder-decoders ------------------------------------------------------------------------

@@ -1,0 +1,365 @@
+"""transformers KV caches as export inputs and outputs, flattened with stable names.
+
+torch.export takes a container as an input or output only when it is a pytree node, and
+transformers 5 does not register its cache classes. We register them (only once transformers'
+cache module is loaded; it is never imported here) so that a ``DynamicCache`` flattens to its
+tensors, layer by layer, key before value, and rebuilds from them. The graph's inputs and
+outputs for those tensors take the names optimum and onnxruntime-genai use:
+``past_key_values.<layer>.key`` / ``.value`` in, ``present.<layer>.key`` / ``.value`` out
+(``.decoder`` / ``.encoder`` before the kind for an ``EncoderDecoderCache``).
+
+A cache flattens to what fully describes it or not at all: a layer type whose state is more
+than its keys and values (a sliding window that has already slid, a static cache written in
+place, quantized or offloaded layers) is refused with an error, since a graph rebuilt from the
+tensors alone would compute something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from exporter._errors import InvalidExportArgumentsError
+
+_CACHE_MODULE = "transformers.cache_utils"
+KINDS = ("key", "value")
+#: cumulative_length of a sliding layer rebuilt with a full window, which may have slid.
+_UNKNOWN_LENGTH = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerEntry(pytree.MappingKey):
+    """A pytree key: the key or value tensor of one cache layer, ``"0.key"``.
+
+    A MappingKey to torch.export (which knows only its own key kinds), told apart from a dict's
+    key by its class when naming the graph's inputs and outputs.
+    """
+
+    @property
+    def layer(self) -> int:
+        return int(str(self.key).split(".")[0])
+
+    @property
+    def kind(self) -> str:
+        return str(self.key).split(".")[1]
+
+    def get(self, cache: Any) -> torch.Tensor:
+        layer = cache.layers[self.layer]
+        return layer.keys if self.kind == "key" else layer.values
+
+
+def _layer_entry(layer: int, kind: str) -> LayerEntry:
+    return LayerEntry(f"{layer}.{kind}")
+
+
+#: EncoderDecoderCache parts, named as optimum names them in a cache tensor's name.
+_PARTS = {"self_attention_cache": "decoder", "cross_attention_cache": "encoder"}
+
+
+def register() -> None:
+    """Register transformers' cache classes as pytree nodes, if transformers is loaded.
+
+    A class someone else registered already (transformers' own executorch helper, a user) is
+    left as it is; its tensors then get torch.export's default names.
+    """
+    module = sys.modules.get(_CACHE_MODULE)
+    if module is None:
+        return
+    for cls, flatten, unflatten in (
+        (module.DynamicCache, _flatten_dynamic, _unflatten_dynamic),
+        (module.EncoderDecoderCache, _flatten_encoder_decoder, _unflatten_encoder_decoder),
+    ):
+        if cls in pytree.SUPPORTED_NODES:
+            continue
+        pytree.register_pytree_node(
+            cls,
+            lambda cache, flatten=flatten: _drop_keys(flatten(cache)),
+            unflatten,
+            serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+            flatten_with_keys_fn=flatten,
+        )
+
+
+def _drop_keys(flat: tuple[list[tuple[Any, Any]], Any]) -> tuple[list[Any], Any]:
+    children, context = flat
+    return [child for _, child in children], context
+
+
+# --- DynamicCache ------------------------------------------------------------------------------
+
+
+def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
+    """``(kind of layer, its sliding window)``, refusing a layer its tensors do not describe."""
+    module = sys.modules[_CACHE_MODULE]
+    kind = type(layer)
+    if kind is module.DynamicLayer:
+        return "full", None
+    if kind is module.DynamicSlidingWindowLayer:
+        stored = 0 if layer.keys is None else layer.keys.shape[-2]
+        seen = layer.cumulative_length
+        if seen == _UNKNOWN_LENGTH:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} was rebuilt from graph outputs with a "
+                f"full sliding window ({stored} tokens, window {layer.sliding_window}): how "
+                f"many tokens it has seen, which sets the positions of the next ones, is not "
+                f"among the graph's outputs. Through the exported graph a sequence can grow to "
+                f"{layer.sliding_window - 2} tokens; run longer ones in eager."
+            )
+        if isinstance(seen, int) and isinstance(stored, int) and seen != stored:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} is a sliding-window layer that has seen "
+                f"{seen} tokens but keeps {stored}: its window has slid, and a graph input of "
+                f"its keys and values cannot carry how far. Pass a cache whose sliding layers "
+                f"hold fewer tokens than their window ({layer.sliding_window})."
+            )
+        return "sliding", int(layer.sliding_window)
+    raise InvalidExportArgumentsError(
+        f"{type(cache).__name__} layer {index} is a {kind.__name__}, whose state is more than "
+        f"its key and value tensors; the exporter flattens DynamicLayer and "
+        f"DynamicSlidingWindowLayer layers only. Use a DynamicCache of those."
+    )
+
+
+def _flatten_dynamic(cache: Any) -> tuple[list[tuple[LayerEntry, torch.Tensor]], Any]:
+    if getattr(cache, "offloading", False):
+        raise InvalidExportArgumentsError(
+            "an offloaded DynamicCache cannot be an export input or output: its tensors move "
+            "between devices during the forward; pass one built with offloading=False"
+        )
+    children = []
+    layout = []
+    for index, layer in enumerate(cache.layers):
+        kind, window = _layer_state(cache, index, layer)
+        filled = layer.keys is not None and layer.is_initialized
+        layout.append((kind, window, filled))
+        if filled:
+            children.append((_layer_entry(index, "key"), layer.keys))
+            children.append((_layer_entry(index, "value"), layer.values))
+    return children, tuple(layout)
+
+
+def _unflatten_dynamic(values: Any, layout: Any) -> Any:
+    module = sys.modules[_CACHE_MODULE]
+    values = list(values)
+    layers = []
+    for kind, window, filled in layout:
+        if kind == "sliding":
+            layer = module.DynamicSlidingWindowLayer(sliding_window=window)
+        else:
+            layer = module.DynamicLayer()
+        if filled:
+            _fill(layer, values.pop(0), values.pop(0))
+        layers.append(layer)
+    if not layers:
+        return module.DynamicCache()
+    cache = module.DynamicCache()
+    cache.layers = layers
+    return cache
+
+
+def _fill(layer: Any, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Hold ``key`` and ``value`` themselves: ``update`` would store a concatenated (and, for a
+    sliding layer, sliced) copy, whose sizes torch.export cannot trace back to the inputs'."""
+    layer.lazy_initialization(key, value)
+    layer.keys, layer.values = key, value
+    if hasattr(layer, "cumulative_length"):
+        stored = key.shape[-2]
+        full = isinstance(stored, int) and stored >= layer.sliding_window - 1
+        # A full window may have slid: how many tokens it saw (the next positions) is unknown.
+        layer.cumulative_length = _UNKNOWN_LENGTH if full else stored
+
+
+# --- EncoderDecoderCache -----------------------------------------------------------------------
+
+
+def _flatten_encoder_decoder(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    return [(pytree.GetAttrKey(attr), getattr(cache, attr)) for attr in _PARTS], None
+
+
+def _unflatten_encoder_decoder(values: Any, _context: Any) -> Any:
+    module = sys.modules[_CACHE_MODULE]
+    self_attention, cross_attention = values
+    return module.EncoderDecoderCache(self_attention, cross_attention)
+
+
+# --- names and dynamic shapes ------------------------------------------------------------------
+
+
+def is_cache(value: Any) -> bool:
+    """A transformers cache object (by its class's module: transformers is never imported)."""
+    return any(
+        klass.__module__ == _CACHE_MODULE and klass.__name__ == "Cache"
+        for klass in type(value).__mro__
+    )
+
+
+def leaf_name(prefix: str, path: tuple[Any, ...]) -> str | None:
+    """``prefix.<layer>[.decoder|.encoder].<kind>`` for a leaf inside a cache, else None."""
+    entries = [key for key in path if isinstance(key, LayerEntry)]
+    if not entries:
+        return None
+    parts = [
+        _PARTS[key.name]
+        for key in path
+        if isinstance(key, pytree.GetAttrKey) and key.name in _PARTS
+    ]
+    entry = entries[-1]
+    return ".".join([prefix, str(entry.layer), *parts, entry.kind])
+
+
+def input_names(
+    args: tuple[Any, ...], kwargs: dict[str, Any], parameters: list[str]
+) -> list[str | None]:
+    """Per flattened input leaf: its stable name when it lies in a cache, else None.
+
+    A cache passed as keyword ``past_key_values`` names its tensors ``past_key_values.0.key``;
+    a positional one the same way after the forward() parameter it binds to (``parameters``).
+    """
+    try:
+        leaves = pytree.tree_flatten_with_path((tuple(args), kwargs))[0]
+    except (ValueError, TypeError, NotImplementedError):  # a container registered without keys
+        return []
+    names: list[str | None] = []
+    for path, _leaf in leaves:
+        top = path[1]
+        if isinstance(top, pytree.MappingKey):
+            prefix = str(top.key)
+        else:
+            prefix = parameters[top.idx] if top.idx < len(parameters) else f"input_{top.idx}"
+        names.append(leaf_name(prefix, path[2:]))
+    return names
+
+
+def output_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:
+    """Per output leaf of ``out_spec``: ``present.0.key`` for a cache tensor, the field name for
+    a tensor straight in a dict-like output that also holds a cache (``logits``), else None."""
+    if out_spec is None:
+        return []
+    names: list[str | None] = []
+    holds_cache = _spec_holds_cache(out_spec)
+
+    def visit(spec: pytree.TreeSpec, path: tuple[Any, ...], field: str | None) -> None:
+        if spec.is_leaf():
+            name = leaf_name("present", path)
+            names.append(name if name is not None else (field if holds_cache else None))
+            return
+        keys = _child_keys(spec)
+        for key, child in zip(keys, spec.children()):
+            child_field = str(key) if isinstance(key, str) and not path else None
+            visit(child, (*path, key), child_field)
+
+    visit(out_spec, (), None)
+    return names
+
+
+def _spec_holds_cache(spec: pytree.TreeSpec) -> bool:
+    if spec.is_leaf():
+        return False
+    if spec.type in (_dynamic_class(), _encoder_decoder_class()) and spec.type is not None:
+        return True
+    return any(_spec_holds_cache(child) for child in spec.children())
+
+
+def _dynamic_class() -> Any:
+    module = sys.modules.get(_CACHE_MODULE)
+    return None if module is None else module.DynamicCache
+
+
+def _encoder_decoder_class() -> Any:
+    module = sys.modules.get(_CACHE_MODULE)
+    return None if module is None else module.EncoderDecoderCache
+
+
+def _child_keys(spec: pytree.TreeSpec) -> list[Any]:
+    """The keys of a spec node's children, from its context, as far as they can be known."""
+    count = len(spec.children())
+    if spec.type is _dynamic_class():
+        keys = []
+        for index, (_kind, _window, filled) in enumerate(spec.context):
+            if filled:
+                keys += [_layer_entry(index, kind) for kind in KINDS]
+        return keys
+    if spec.type is _encoder_decoder_class():
+        return [pytree.GetAttrKey(attr) for attr in _PARTS]
+    context = spec.context
+    if isinstance(context, (list, tuple)) and len(context) == count:
+        return list(context)  # dict and ModelOutput contexts are their keys
+    return list(range(count))
+
+
+def expand_cache_spec(spec: Any, cache: Any, path: str) -> list[Any]:
+    """A cache's dynamic-shapes entry as torch.export wants it: one per flattened child.
+
+    An axes spec (``{0: "batch", 2: "past_sequence"}``) applies to every key and value tensor;
+    a list gives one entry per child, as torch.export takes it.
+    """
+    node = pytree.SUPPORTED_NODES[type(cache)]
+    children = node.flatten_fn(cache)[0]
+    if isinstance(spec, dict) and all(isinstance(k, int) for k in spec):
+        return [spec] * len(children)
+    if isinstance(spec, (list, tuple)) and len(spec) == len(children):
+        return list(spec)
+    raise InvalidExportArgumentsError(
+        f"dynamic_shapes{path} is {spec!r} for a {type(cache).__name__} with {len(children)} "
+        f"flattened parts; give one axes dict for all its tensors (e.g. {{0: 'batch', 2: "
+        f"'past_sequence'}}) or a list of {len(children)} entries, one per part"
+    )
+
+
+def cache_children(cache: Any) -> list[Any]:
+    return pytree.SUPPORTED_NODES[type(cache)].flatten_fn(cache)[0]
+
+
+def graph_io_names(
+    model: torch.nn.Module,
+    program: torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    graph: Any,
+    plan: list[Any],
+) -> tuple[list[str] | None, list[str] | None]:
+    """Names for the graph's inputs and outputs where caches give them, the others unchanged;
+    None for a side with no cache tensor."""
+    import inspect
+
+    from torch.export import graph_signature as gs
+
+    if _CACHE_MODULE not in sys.modules:
+        return None, None  # no transformers, no cache: nothing to name
+
+    try:
+        parameters = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):  # a forward without a signature Python can read
+        parameters = []
+    named_inputs = None
+    leaf_names = input_names(args, kwargs, parameters)
+    if any(leaf_names) and len(leaf_names) == len(plan):
+        chosen = [name for name, entry in zip(leaf_names, plan) if not entry.baked]
+        if len(chosen) == len(graph.inputs):
+            named_inputs = [
+                name or value.name for name, value in zip(chosen, graph.inputs, strict=True)
+            ]
+    named_outputs = None
+    user_outputs = [
+        spec
+        for spec in program.graph_signature.output_specs
+        if spec.kind == gs.OutputKind.USER_OUTPUT
+    ]
+    leaf_names = output_names(program.call_spec.out_spec)
+    if any(leaf_names) and len(leaf_names) == len(user_outputs):
+        chosen = [
+            name
+            for name, spec in zip(leaf_names, user_outputs)
+            if not isinstance(spec.arg, gs.ConstantArgument)
+        ]
+        if len(chosen) == len(graph.outputs):
+            named_outputs = [
+                name or value.name for name, value in zip(chosen, graph.outputs, strict=True)
+            ]
+    if named_inputs and named_outputs and set(named_inputs) & set(named_outputs):
+        return named_inputs, None  # a field named like an input (rare): keep outputs as they were
+    return named_inputs, named_outputs

@@ -1,0 +1,274 @@
+"""transformers KV caches as inputs and outputs: stable names, one graph for prefill and decode."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import exporter
+from exporter.diagnostics import generation
+
+transformers = pytest.importorskip("transformers")
+
+_LLAMA = {
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+_SHAPES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "total_sequence"},
+    "past_key_values": {0: "batch", 2: "past_sequence"},
+    "use_cache": None,
+}
+
+
+def _llama() -> nn.Module:
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**_LLAMA)).eval()
+
+
+def _prefilled(model: nn.Module, batch: int, past: int) -> tuple[torch.Tensor, object]:
+    prompt = torch.randint(3, 128, (batch, past), generator=torch.Generator().manual_seed(past))
+    with torch.no_grad():
+        return prompt, model(input_ids=prompt, use_cache=True).past_key_values
+
+
+def _step_inputs(cache, batch: int, past: int, sequence: int) -> dict:
+    ids = torch.randint(
+        3, 128, (batch, sequence), generator=torch.Generator().manual_seed(sequence)
+    )
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones(batch, past + sequence, dtype=torch.int64),
+        "past_key_values": cache,
+        "use_cache": True,
+    }
+
+
+@pytest.fixture(scope="module")
+def llama_program():
+    model = _llama()
+    _, cache = _prefilled(model, 2, 5)
+    program = exporter.export(
+        model, (), kwargs=_step_inputs(cache, 2, 5, 3), dynamic_shapes=_SHAPES
+    )
+    return model, program
+
+
+def test_cache_tensors_get_stable_names(llama_program):
+    _, program = llama_program
+    inputs = [v.name for v in program.model.graph.inputs]
+    outputs = [v.name for v in program.model.graph.outputs]
+    assert inputs == [
+        "input_ids",
+        "attention_mask",
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "past_key_values.1.key",
+        "past_key_values.1.value",
+    ]
+    assert outputs == [
+        "logits",
+        "present.0.key",
+        "present.0.value",
+        "present.1.key",
+        "present.1.value",
+    ]
+    dims = [str(d) for d in program.model.graph.inputs[2].shape]
+    assert dims[0] == "batch" and dims[2] == "past_sequence"
+
+
+@pytest.mark.parametrize(
+    ("batch", "past", "sequence"),
+    [(3, 0, 4), (1, 6, 1), (2, 4, 2)],
+    ids=["prefill-past-0", "decode-sequence-1", "chunk"],
+)
+def test_one_graph_serves_prefill_and_decode(llama_program, batch, past, sequence):
+    model, program = llama_program
+    if past:
+        _, cache = _prefilled(model, batch, past)
+    else:
+        _, example = _prefilled(model, 1, 2)
+        cache = generation.empty_cache_like(example, batch)
+    inputs = _step_inputs(cache, batch, past, sequence)
+    with torch.no_grad():
+        expected = model(**{**inputs, "past_key_values": copy.deepcopy(cache)})
+    got = program.unflatten_outputs(program(**inputs))
+    assert type(got.past_key_values) is transformers.DynamicCache
+    torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+    assert len(got.past_key_values.layers) == len(expected.past_key_values.layers)
+    for ours, theirs in zip(got.past_key_values.layers, expected.past_key_values.layers):
+        assert ours.keys.shape[2] == past + sequence
+        torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours.values, theirs.values, rtol=1e-4, atol=1e-5)
+
+
+def test_greedy_generation_through_the_graph_matches_eager(llama_program):
+    model, program = llama_program
+    prompt, example = _prefilled(model, 2, 5)
+    check = generation.check_greedy(
+        model,
+        program,
+        prompt,
+        torch.ones_like(prompt),
+        generation.empty_cache_like(example),
+        use_cache=True,
+    )
+    assert check.problem is None, check.problem
+    assert check.onnx.shape == (2, generation.NEW_TOKENS)
+
+
+class _CacheUpdate(nn.Module):
+    """Appends new keys/values to every layer and returns the cache with a sum of its keys."""
+
+    def forward(self, key: torch.Tensor, cache):
+        for index in range(len(cache.layers)):
+            cache.update(key, key * 2, index)
+        return key.sum(), cache
+
+
+def _cache(layers: int, batch: int, past: int):
+    data = [(torch.randn(batch, 2, past, 4), torch.randn(batch, 2, past, 4)) for _ in range(layers)]
+    return transformers.DynamicCache(ddp_cache_data=data)
+
+
+def test_dynamic_shapes_in_torch_export_form_per_flattened_tensor():
+    axes = {0: torch.export.Dim("batch"), 2: torch.export.Dim("past")}
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _cache(2, 2, 5)),
+        dynamic_shapes=({0: torch.export.Dim("batch")}, [axes] * 4),
+    )
+    assert [v.name for v in program.model.graph.inputs][1:] == [
+        "cache.0.key",
+        "cache.0.value",
+        "cache.1.key",
+        "cache.1.value",
+    ]
+    key, cache = torch.randn(3, 2, 3, 4), _cache(2, 3, 7)
+    total, present = program.unflatten_outputs(program(key, cache))
+    expected_total, expected = _CacheUpdate()(key, copy.deepcopy(cache))
+    torch.testing.assert_close(total, expected_total)
+    torch.testing.assert_close(present.layers[1].values, expected.layers[1].values)
+
+
+def test_cache_dynamic_shapes_of_wrong_length_is_a_clear_error():
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="one axes dict for all"):
+        exporter.export(
+            _CacheUpdate().eval(),
+            (torch.randn(2, 2, 3, 4), _cache(2, 2, 5)),
+            dynamic_shapes=(None, [None] * 3),
+        )
+
+
+def test_user_input_and_output_names_win_over_cache_names():
+    names = ["k", "a0", "b0", "a1", "b1"]
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _cache(2, 2, 5)),
+        input_names=names,
+        output_names=["total", "p0", "q0", "p1", "q1"],
+    )
+    assert [v.name for v in program.model.graph.inputs] == names
+    assert [v.name for v in program.model.graph.outputs][0] == "total"
+
+
+def test_a_sliding_layer_past_its_window_is_refused():
+    cache = transformers.DynamicCache()
+    layer = transformers.cache_utils.DynamicSlidingWindowLayer(sliding_window=4)
+    layer.update(torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4))  # keeps 3 of 6 tokens
+    cache.layers = [layer]
+    with pytest.raises(exporter.OnnxExporterError, match="window has slid"):
+        exporter.export(_CacheUpdate().eval(), (torch.randn(1, 2, 1, 4), cache))
+
+
+class _EncoderDecoderUpdate(nn.Module):
+    """Appends to the self-attention part and reads the cross-attention part, like a decoder."""
+
+    def forward(self, key: torch.Tensor, past_key_values):
+        past_key_values.self_attention_cache.update(key, key + 1, 0)
+        cross = past_key_values.cross_attention_cache.layers[0].keys
+        return cross.sum(dim=2), past_key_values
+
+
+def test_encoder_decoder_cache_names_its_two_parts():
+    cache = transformers.EncoderDecoderCache(_cache(1, 2, 5), _cache(1, 2, 7))
+    program = exporter.export(
+        _EncoderDecoderUpdate().eval(),
+        (torch.randn(2, 2, 1, 4), cache),
+        dynamic_shapes=(
+            {0: "batch"},
+            [[{0: "batch", 2: "past_sequence"}] * 2, [{0: "batch", 2: "encoder_sequence"}] * 2],
+        ),
+    )
+    assert [v.name for v in program.model.graph.inputs][1:] == [
+        "past_key_values.0.decoder.key",
+        "past_key_values.0.decoder.value",
+        "past_key_values.0.encoder.key",
+        "past_key_values.0.encoder.value",
+    ]
+    assert [v.name for v in program.model.graph.outputs][1:] == [
+        "present.0.decoder.key",
+        "present.0.decoder.value",
+        "present.0.encoder.key",
+        "present.0.encoder.value",
+    ]
+    key = torch.randn(3, 2, 1, 4)
+    cache = transformers.EncoderDecoderCache(_cache(1, 3, 4), _cache(1, 3, 9))
+    _, present = program.unflatten_outputs(program(key, cache))
+    _, expected = _EncoderDecoderUpdate()(key, copy.deepcopy(cache))
+    assert type(present) is transformers.EncoderDecoderCache
+    torch.testing.assert_close(
+        present.self_attention_cache.layers[0].values,
+        expected.self_attention_cache.layers[0].values,
+    )
+
+
+def test_a_static_cache_is_refused_with_what_to_pass_instead():
+    config = transformers.LlamaConfig(**_LLAMA)
+    cache = transformers.StaticCache(config=config, max_cache_len=8)
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="Pass a DynamicCache"):
+        exporter.export(_CacheUpdate().eval(), (torch.randn(1, 2, 1, 4), cache))
+
+
+def _sliding_cache(batch: int, past: int, window: int = 8):
+    cache = transformers.DynamicCache()
+    cache.layers = [transformers.cache_utils.DynamicSlidingWindowLayer(sliding_window=window)]
+    cache.layers[0].update(torch.randn(batch, 2, past, 4), torch.randn(batch, 2, past, 4))
+    return cache
+
+
+def test_a_sliding_window_cache_within_its_window_round_trips():
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _sliding_cache(2, 3)),
+        dynamic_shapes=({0: "batch"}, {0: "batch", 2: "past_sequence"}),
+    )
+    key, cache = torch.randn(3, 2, 3, 4), _sliding_cache(3, 2)
+    _, present = program.unflatten_outputs(program(key, cache))
+    _, expected = _CacheUpdate()(key, copy.deepcopy(cache))
+    layer = present.layers[0]
+    assert type(layer) is transformers.cache_utils.DynamicSlidingWindowLayer
+    assert layer.sliding_window == 8 and layer.cumulative_length == 5
+    torch.testing.assert_close(layer.keys, expected.layers[0].keys)
+
+
+def test_a_sliding_window_filled_through_the_graph_is_not_fed_back_silently():
+    program = exporter.export(
+        _CacheUpdate().eval(),
+        (torch.randn(2, 2, 3, 4), _sliding_cache(2, 3)),
+        dynamic_shapes=({0: "batch"}, {0: "batch", 2: "past_sequence"}),
+    )
+    key = torch.randn(2, 2, 3, 4)
+    _, present = program.unflatten_outputs(program(key, _sliding_cache(2, 4)))
+    assert present.layers[0].keys.shape[2] == 7  # the window (8) minus one: it may have slid
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="full sliding window"):
+        program(key, present)

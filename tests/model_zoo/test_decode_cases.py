@@ -1,0 +1,73 @@
+"""The zoo's decoder cases with a KV cache: a DynamicCache in and out, a greedy prompt."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import model_zoo
+from exporter.diagnostics import generation
+
+transformers = pytest.importorskip("transformers")
+
+DECODE_CASES = [
+    case.name
+    for case in model_zoo.cases("full", family="transformers-decoder")
+    if case.name.endswith("-kv")
+]
+
+
+def test_every_decoder_family_has_a_decode_case():
+    families = {name.split("/", 1)[1].removesuffix("-kv") for name in DECODE_CASES}
+    assert {
+        "gpt2",
+        "gpt-neox",
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "phi3",
+        "gemma2",
+        "gemma3",
+    } | {"falcon", "opt"} <= families
+    assert all(model_zoo.get(name).greedy_prompt is not None for name in DECODE_CASES)
+
+
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_case_takes_and_returns_the_cache_object(name):
+    case = model_zoo.get(name)
+    module, args, kwargs = case.build()
+    cache = kwargs["past_key_values"]
+    assert isinstance(cache, transformers.DynamicCache)
+    past, sequence = case.sizes["past_sequence"], case.sizes["sequence"]
+    assert cache.get_seq_length() == past
+    _, second = case.second_inputs(args, kwargs)  # before eager grows the cache in place
+    with torch.no_grad():
+        logits, present = module(*args, **kwargs)
+    assert logits.shape[:2] == (case.sizes["batch"], sequence)
+    assert present.get_seq_length() == past + sequence
+    assert second["past_key_values"].get_seq_length() == case.second_sizes["past_sequence"]
+    assert second["input_ids"].shape == (case.second_sizes["batch"], case.second_sizes["sequence"])
+
+
+def test_greedy_prompt_starts_from_an_empty_cache_of_the_model_layout():
+    case = model_zoo.get("transformers/gemma2-kv")  # hybrid: sliding and full layers
+    prompt = case.greedy_prompt()
+    empty = prompt["past_key_values"]
+    assert empty.get_seq_length() == 0
+    kinds = {type(layer).__name__ for layer in empty.layers}
+    assert kinds == {"DynamicSlidingWindowLayer", "DynamicLayer"}
+    module = case.make_module()
+    tokens = generation.greedy_tokens(module, **prompt)
+    assert tokens.shape == (2, generation.NEW_TOKENS)
+
+
+@pytest.mark.slow
+def test_greedy_generation_of_a_zoo_case_through_its_export():
+    import exporter
+
+    case = model_zoo.get("transformers/gpt2-kv")
+    module, args, kwargs = case.build()
+    program = exporter.export(module, args, kwargs=kwargs, dynamic_shapes=case.dynamic_shapes)
+    check = generation.check_greedy(module, program, **case.greedy_prompt())
+    assert check.problem is None, check.problem
