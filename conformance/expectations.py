@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from conformance.cases import parse_case_id
-from reports.rows import STAGES as ROW_STAGES
+from exporter.stages import CASE_STAGES, stage_named
 
 STATUSES = ("xfail", "skip")
 FAILURE_STATUSES = ("fail", "crash", "timeout")
@@ -61,8 +61,8 @@ MATCH_KEYS = (
     "optimize",
 )
 ENTRY_KEYS = ("id", "match", "status", "stage", "reason", "link", "signature")
-#: The stage vocabulary is the result rows' (an expectation names the stage a row records).
-STAGES = ROW_STAGES
+#: An expectation names the stage a result row records.
+STAGES = tuple(stage.value for stage in CASE_STAGES)
 
 HEADER = """\
 # Expected failures for this exporter: data, read by conformance/expectations.py (see its
@@ -144,8 +144,14 @@ def load_expectations(path: Path) -> list[Expectation]:
             )
         if "id" not in raw and "match" not in raw:
             raise ValueError(f"{where}: needs an id glob or a match table (use id = '*' for all)")
-        if raw.get("stage") is not None and raw["stage"] not in STAGES:
-            raise ValueError(f"{where}: stage must be one of {STAGES}, got {raw['stage']!r}")
+        stage = None
+        if raw.get("stage") is not None:
+            try:
+                stage = stage_named(raw["stage"]).value
+            except ValueError:
+                stage = None
+            if stage not in STAGES:
+                raise ValueError(f"{where}: stage must be one of {STAGES}, got {raw['stage']!r}")
         match = raw.get("match", {})
         bad_keys = set(match) - set(MATCH_KEYS)
         if bad_keys:
@@ -160,7 +166,7 @@ def load_expectations(path: Path) -> list[Expectation]:
                 status=raw["status"],
                 id=raw.get("id"),
                 match=dict(match),
-                stage=raw.get("stage"),
+                stage=stage,
                 reason=raw["reason"],
                 link=raw.get("link", ""),
                 signature=raw.get("signature"),

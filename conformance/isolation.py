@@ -220,8 +220,9 @@ def requests(conn):
 def child_main(conn) -> None:
     """Child loop: receive case ids, run them, send stage announcements and the outcome."""
     prepare_child()
-    # Every case compares through exporter.diagnostics, whose package import loads the exporter:
-    # paid here, before "ready", rather than inside the first case's deadline.
+    # Every case exports and compares: the exporter's import (torch, the op library) is paid
+    # here, before "ready", rather than inside the first case's deadline.
+    import exporter._api  # noqa: F401
     import exporter.diagnostics.compare  # noqa: F401
     from conformance.cases import parse_case_id
     from conformance.runner import run_op_case
@@ -360,7 +361,7 @@ def _preload() -> None:
         "onnx_ir",
         "torchvision",
         "transformers",
-        "exporter",
+        "exporter._api",
         "model_zoo",
         "conformance.runner",
         "conformance.exporters",

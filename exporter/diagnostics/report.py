@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter import _errors
 from exporter._record import ExportRecord
+from exporter.stages import VERIFY_STAGES, Stage
 
 SECTIONS = (
     "Status",
@@ -33,16 +34,15 @@ SECTIONS = (
 
 OK, FAILED, NOT_RUN = "✅", "❌", "⚪"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_VERIFY_STAGES = ("checker", "ort_load", "ort_run", "accuracy", "second_shape_accuracy")
 _STAGE_TITLES = {
     "decomposition": "Decomposition",
     "translation": "Translation to ONNX",
     "optimize": "Optimisation (onnxscript optimizer)",
-    "checker": "onnx.checker.check_model(full_check=True)",
-    "ort_load": "onnxruntime load",
-    "ort_run": "onnxruntime run",
-    "accuracy": "Accuracy against the reference (example inputs)",
-    "second_shape_accuracy": "Accuracy at a second shape (dynamic dims changed)",
+    Stage.CHECKER: "onnx.checker.check_model(full_check=True)",
+    Stage.LOAD: "onnxruntime load",
+    Stage.RUN: "onnxruntime run",
+    Stage.COMPARE: "Accuracy against the reference (example inputs)",
+    Stage.SECOND_SHAPE: "Accuracy at a second shape (dynamic dims changed)",
 }
 
 
@@ -244,7 +244,7 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
                 f"{_first_line(attempt.error)}"
             )
     verification = getattr(record, "verification", None)
-    for stage in ("decomposition", "translation", "optimize", *_VERIFY_STAGES):
+    for stage in ("decomposition", "translation", "optimize", *VERIFY_STAGES):
         state = record.status.get(stage)
         title = _STAGE_TITLES[stage]
         if stage == "decomposition" and state == "ok":
@@ -267,7 +267,7 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
             if state == "failed" and verification is not None and stage == "checker":
                 detail = f": {_cell(verification.checker)[:300]}"
             lines.append(f"- {_mark(state)} {title}{detail}")
-        elif stage in _VERIFY_STAGES and verification is None and not reached_failure:
+        elif stage in VERIFY_STAGES and verification is None and not reached_failure:
             lines.append(f"- {NOT_RUN} {title}: not run (pass verify=True)")
         else:
             lines.append(

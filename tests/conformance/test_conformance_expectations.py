@@ -52,6 +52,16 @@ def test_bad_entries_are_rejected_with_the_reason(tmp_path, entry, complaint):
         ex.load_expectations(path)
 
 
+def test_an_entry_written_with_a_former_stage_name_reads_as_the_current_one(tmp_path):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nid = "op::abs::*"\nstatus = "xfail"\nstage = "ort_load"\nreason = "r"\n',
+    )
+    (entry,) = ex.load_expectations(path)
+    assert entry.stage == "load"
+    assert ex.judge([entry], _facts(ABS), "fail", "load", "x").status == "xfail"
+
+
 def test_id_glob_and_declarative_matcher(tmp_path):
     path = _write(
         tmp_path,
