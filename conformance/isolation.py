@@ -224,7 +224,7 @@ def child_main(conn) -> None:
     # here, before "ready", rather than inside the first case's deadline.
     import exporter._api  # noqa: F401
     import exporter.diagnostics.compare  # noqa: F401
-    from conformance.cases import parse_case_id
+    from conformance.op_cases import parse_case_id
     from conformance.runner import run_op_case
 
     conn.send("ready")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import expectations as ex
+from conformance.case import row_facts
 from conformance.expectations import tomllib
 from reports.rows import CaseResult
 
@@ -20,7 +21,7 @@ def _write(tmp_path, text: str):
 
 
 def _facts(case_id, **sample):
-    return ex.case_facts(case_id, sample)
+    return row_facts(case_id, sample)
 
 
 def test_shipped_expectation_files_are_valid():
