@@ -51,6 +51,17 @@ def test_status_changes_and_cases_one_side_ran(tmp_path, capsys):
     ]
 
 
+def test_changed_only_leaves_out_the_cases_one_side_ran(tmp_path, capsys):
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    _write(old, [_row(ABS, "pass"), _row(SUB, "pass")])
+    _write(new, [_row(ABS, "skip")])
+    assert main(["--changed-only", str(old), str(new)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{ABS}: pass -> skip",
+        "0 same status, 1 changed, 1 only in OLD, 0 only in NEW",
+    ]
+
+
 def test_same_statuses_exit_zero_whatever_the_details(tmp_path, capsys):
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir(), new.mkdir()
