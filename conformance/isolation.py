@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.limits import apply_case_limits, die_with_parent
+from exporter.stages import Stage
 
 #: How long a fresh child may take to import torch and get ready (not counted in a case's time).
 STARTUP_TIMEOUT_S = 300.0
@@ -98,7 +99,7 @@ class CaseChild(ChildProcess):
             self._conn.send(request)
         self._cases_run += 1
         deadline = time.monotonic() + timeout_s
-        stage = "export"
+        stage = Stage.EXPORT.value
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -267,7 +268,7 @@ class ForkingModelChild(ChildProcess):
             self._start()
             self._conn.send(("case", case_id, str(scratch)))
         deadline = time.monotonic() + timeout_s
-        stage, pid, finished = "export", None, None
+        stage, pid, finished = Stage.EXPORT.value, None, None
         while True:
             try:
                 ready = self._conn.poll(max(deadline - time.monotonic(), 0))

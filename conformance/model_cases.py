@@ -36,6 +36,7 @@ from conformance.case import (
     in_shard,
     parse_id,
 )
+from exporter.stages import Stage
 
 if TYPE_CHECKING:
     from model_zoo import ModelCase
@@ -283,7 +284,7 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
         module, args, kwargs = case.build()
         second = case.second_inputs(args, kwargs) if key.dynamic else None
     except Exception as exc:
-        raise StageFailed("export", _setup_error("building the model case", exc)) from exc
+        raise StageFailed(Stage.EXPORT, _setup_error("building the model case", exc)) from exc
     if key.dtype == "f16":
         module = module.to(torch.float16)
         args, kwargs = flat_io.cast_floats((args, kwargs), torch.float16)
@@ -363,7 +364,7 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
         missing = session.missing_inputs(feeds)
         if missing:
             raise StageFailed(
-                "run",
+                Stage.RUN,
                 f"the ONNX model declares inputs {missing} that are not among the model's "
                 f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
             )
@@ -403,7 +404,7 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
     def conclude(outcome) -> None:
         if outcome.status == "pass" and outcome.extra.get("vacuous"):
             outcome.status = "vacuous"
-            outcome.stage = "compare"
+            outcome.stage = Stage.COMPARE.value
             outcome.error = (
                 "eager outputs are near-constant, so matching them proves nothing: "
                 + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
@@ -466,7 +467,7 @@ def _eager(module, args: tuple, kwargs: dict, what: str) -> Any:
         with torch.no_grad():
             return copy.deepcopy(module)(*clone_tree(args), **clone_tree(kwargs))
     except Exception as exc:
-        raise StageFailed("export", _setup_error(f"running eager at {what}", exc)) from exc
+        raise StageFailed(Stage.EXPORT, _setup_error(f"running eager at {what}", exc)) from exc
 
 
 def _eager_noise(module, args: tuple, kwargs: dict, expected: Any) -> float | None:

@@ -38,6 +38,7 @@ from conformance.case import DTYPES, EXPORTERS, PROVIDERS, SHAPES, in_shard, par
 from conformance.model_cases import ModelCaseId, is_model_id
 from conformance.op_cases import OpCase
 from conformance.runs import case_id_of
+from exporter.stages import Stage
 
 DEFAULT_OPSET = 20
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -490,7 +491,7 @@ class CaseRuntime:
             pytest.skip(f"expectation: {skip.reason}")
 
         if planted_cases.planted_name(getattr(case, "op", "")) == "worker_crash":
-            self._mark_inflight(case, "export", facts)
+            self._mark_inflight(case, Stage.EXPORT, facts)
             os.abort()
         outcome = self._run(case, facts)
         status = outcome.pop("status")
@@ -519,7 +520,7 @@ class CaseRuntime:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
         kind = case.row_identity()["kind"]
         timeout = self.options.models.case_timeout if kind == "model" else self.options.case_timeout
-        self._mark_inflight(case, "export", facts)
+        self._mark_inflight(case, Stage.EXPORT, facts)
         shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
         announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
         try:
@@ -534,7 +535,7 @@ class CaseRuntime:
             # pytest-timeout fired: in-process that is the case timeout, with the child it is
             # the backstop and the child is stuck somewhere.
             self.child(kind).kill()
-            stage = self._inflight_stage() or "export"
+            stage = self._inflight_stage() or Stage.EXPORT.value
             return _abnormal("timeout", stage, f"{exc} at stage {stage}")
         if result.status == "done":
             return result.outcome
@@ -586,7 +587,7 @@ def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:
     from conformance.runner import signature_of
 
     if stage not in expectations_mod.STAGES:
-        stage = "export"  # before the export the case was still being built
+        stage = Stage.EXPORT.value  # before the export the case was still being built
     return {
         "status": status,
         "stage": stage,
@@ -655,11 +656,11 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
     options = get_options(report.node.config)
     worker = report.node.gateway.id
     inflight = runs.inflight_path(options.results, worker)
-    stage, facts = "export", None
+    stage, facts = Stage.EXPORT.value, None
     try:
         data = json.loads(inflight.read_text())
         if data.get("id") == case.id:
-            stage, facts = data.get("stage", "export"), data.get("facts")
+            stage, facts = data.get("stage", Stage.EXPORT.value), data.get("facts")
         inflight.unlink()
     except (OSError, ValueError):
         pass
