@@ -348,8 +348,8 @@ def repro(args: list[str]) -> int:
     )
     options = parser.parse_args(args)
 
-    from conformance.cases import parse_case_id
     from conformance.model_cases import is_model_id, parse_model_id
+    from conformance.op_cases import parse_case_id
     from conformance.repro import keep_repro
 
     model = is_model_id(options.case_id)

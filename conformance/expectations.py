@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conformance.cases import parse_case_id
-from reports.rows import STAGES as ROW_STAGES
+from conformance.case import row_facts
+from exporter.stages import CASE_STAGES, stage_named
 
 STATUSES = ("xfail", "skip")
 FAILURE_STATUSES = ("fail", "crash", "timeout")
@@ -61,8 +61,8 @@ MATCH_KEYS = (
     "optimize",
 )
 ENTRY_KEYS = ("id", "match", "status", "stage", "reason", "link", "signature")
-#: The stage vocabulary is the result rows' (an expectation names the stage a row records).
-STAGES = ROW_STAGES
+#: An expectation names the stage a result row records.
+STAGES = tuple(stage.value for stage in CASE_STAGES)
 
 HEADER = """\
 # Expected failures for this exporter: data, read by conformance/expectations.py (see its
@@ -144,8 +144,14 @@ def load_expectations(path: Path) -> list[Expectation]:
             )
         if "id" not in raw and "match" not in raw:
             raise ValueError(f"{where}: needs an id glob or a match table (use id = '*' for all)")
-        if raw.get("stage") is not None and raw["stage"] not in STAGES:
-            raise ValueError(f"{where}: stage must be one of {STAGES}, got {raw['stage']!r}")
+        stage = None
+        if raw.get("stage") is not None:
+            try:
+                stage = stage_named(raw["stage"]).value
+            except ValueError:
+                stage = None
+            if stage not in STAGES:
+                raise ValueError(f"{where}: stage must be one of {STAGES}, got {raw['stage']!r}")
         match = raw.get("match", {})
         bad_keys = set(match) - set(MATCH_KEYS)
         if bad_keys:
@@ -160,31 +166,13 @@ def load_expectations(path: Path) -> list[Expectation]:
                 status=raw["status"],
                 id=raw.get("id"),
                 match=dict(match),
-                stage=raw.get("stage"),
+                stage=stage,
                 reason=raw["reason"],
                 link=raw.get("link", ""),
                 signature=raw.get("signature"),
             )
         )
     return entries
-
-
-def case_facts(case_id: str, sample_facts: dict[str, Any] | None) -> dict[str, Any]:
-    """What a matcher can look at: the id's fields and the sample's facts."""
-    case = parse_case_id(case_id)
-    facts: dict[str, Any] = dict(sample_facts or {})
-    facts.pop("index", None)
-    facts.update(
-        id=case_id,
-        op=case.op,
-        dtype=case.dtype,
-        shapes=case.shapes,
-        opset=case.opset,
-        provider=case.provider,
-        exporter=case.exporter,
-        sample=case.sample,
-    )
-    return facts
 
 
 def skip_entry(entries: Sequence[Expectation], facts: dict[str, Any]) -> Expectation | None:
@@ -257,16 +245,12 @@ class Proposal:
     added: list[Expectation]
 
 
-def propose(
-    entries: Sequence[Expectation],
-    rows: Iterable,
-    facts_of: Callable[[Any], dict[str, Any]] | None = None,
-) -> Proposal:
+def propose(entries: Sequence[Expectation], rows: Iterable) -> Proposal:
     """The expectations a run suggests: drop entries every covered case contradicts (it passed
     or failed elsewhere) and add an entry for each failure nothing covers.
 
-    ``rows`` are ``reports.rows.CaseResult`` of the cases the run covered; ``facts_of(row)``
-    gives a row's matcher facts (default: an op case's, from its id and sample).
+    ``rows`` are ``reports.rows.CaseResult`` of the cases the run covered (ops or models): a
+    row's matcher facts come from its id and, for an op, the sample facts it kept.
     """
     confirmed: set[int] = set()
     contradicted: set[int] = set()
@@ -277,10 +261,7 @@ def propose(
         outcome_status = "fail" if row.status == "xfail" else row.status
         if outcome_status == "xpass":
             outcome_status = "pass"
-        if facts_of is not None:
-            facts = facts_of(row)
-        else:
-            facts = case_facts(row.id, (row.extra or {}).get("sample"))
+        facts = row_facts(row.id, (row.extra or {}).get("sample"))
         verdict = judge(entries, facts, outcome_status, row.stage, row.error_signature)
         if verdict.item == "xfail" and verdict.entry is not None:
             confirmed.add(verdict.entry.index)

@@ -124,36 +124,7 @@ def export_model(
     capture: str | None = None,
 ) -> None:
     names = [item.name for item in inputs]
-    if exporter_name == "ours":
-        _export_ours(
-            module,
-            args,
-            kwargs,
-            names=names,
-            dynamic_shapes=dynamic_shapes,
-            opset=opset,
-            optimize=optimize,
-            path=path,
-            custom_translation_table=custom_translation_table,
-            capture=capture,
-        )
-    elif exporter_name == "torch-dynamo":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                module,
-                args,
-                kwargs=kwargs,
-                dynamo=True,
-                dynamic_shapes=dynamic_shapes,
-                input_names=names,
-                opset_version=opset,
-                optimize=optimize,
-                custom_translation_table=custom_translation_table,
-                verbose=False,
-            )
-            program.save(str(path))
-    elif exporter_name == "torch-script":
+    if exporter_name == "torch-script":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
@@ -168,45 +139,34 @@ def export_model(
                 do_constant_folding=optimize,
                 verbose=False,
             )
+        return
+    # ours and torch.onnx's dynamo exporter take the same call.
+    request = dict(
+        kwargs=kwargs,
+        dynamic_shapes=dynamic_shapes,
+        input_names=names,
+        opset_version=opset,
+        optimize=optimize,
+        custom_translation_table=custom_translation_table,
+    )
+    if exporter_name == "ours":
+        import exporter
+
+        patches: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if capture is not None:
+            if "capture_patches" in inspect.signature(exporter.export).parameters:
+                request["capture_patches"] = [capture]
+            else:
+                patches = _capture_patch(capture)()
+        with patches:
+            program = exporter.export(module, args, **request)
+    elif exporter_name == "torch-dynamo":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, args, dynamo=True, verbose=False, **request)
     else:
         raise ValueError(
             f"unknown exporter {exporter_name!r}; choose one of ours, torch-dynamo, torch-script"
-        )
-
-
-def _export_ours(
-    module,
-    args,
-    kwargs,
-    *,
-    names,
-    dynamic_shapes,
-    opset,
-    optimize,
-    path,
-    custom_translation_table,
-    capture,
-) -> None:
-    import exporter
-
-    extra: dict[str, Any] = {}
-    patches: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if capture is not None:
-        if "capture_patches" in inspect.signature(exporter.export).parameters:
-            extra["capture_patches"] = [capture]
-        else:
-            patches = _capture_patch(capture)()
-    with patches:
-        program = exporter.export(
-            module,
-            args,
-            kwargs=kwargs,
-            dynamic_shapes=dynamic_shapes,
-            input_names=names,
-            opset_version=opset,
-            optimize=optimize,
-            custom_translation_table=custom_translation_table,
-            **extra,
         )
     program.save(str(path))
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.limits import apply_case_limits, die_with_parent
+from exporter.stages import Stage
 
 #: How long a fresh child may take to import torch and get ready (not counted in a case's time).
 STARTUP_TIMEOUT_S = 300.0
@@ -98,7 +99,7 @@ class CaseChild(ChildProcess):
             self._conn.send(request)
         self._cases_run += 1
         deadline = time.monotonic() + timeout_s
-        stage = "export"
+        stage = Stage.EXPORT.value
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -220,10 +221,11 @@ def requests(conn):
 def child_main(conn) -> None:
     """Child loop: receive case ids, run them, send stage announcements and the outcome."""
     prepare_child()
-    # Every case compares through exporter.diagnostics, whose package import loads the exporter:
-    # paid here, before "ready", rather than inside the first case's deadline.
+    # Every case exports and compares: the exporter's import (torch, the op library) is paid
+    # here, before "ready", rather than inside the first case's deadline.
+    import exporter._api  # noqa: F401
     import exporter.diagnostics.compare  # noqa: F401
-    from conformance.cases import parse_case_id
+    from conformance.op_cases import parse_case_id
     from conformance.runner import run_op_case
 
     conn.send("ready")
@@ -266,7 +268,7 @@ class ForkingModelChild(ChildProcess):
             self._start()
             self._conn.send(("case", case_id, str(scratch)))
         deadline = time.monotonic() + timeout_s
-        stage, pid, finished = "export", None, None
+        stage, pid, finished = Stage.EXPORT.value, None, None
         while True:
             try:
                 ready = self._conn.poll(max(deadline - time.monotonic(), 0))
@@ -360,7 +362,7 @@ def _preload() -> None:
         "onnx_ir",
         "torchvision",
         "transformers",
-        "exporter",
+        "exporter._api",
         "model_zoo",
         "conformance.runner",
         "conformance.exporters",

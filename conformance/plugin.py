@@ -2,9 +2,9 @@
 expectations, one result row per case, JUnit properties.
 
 Collection turns the options into one pytest item per case (``op_case`` parameter of
-``test_ops.py``) and one per model case (``model_case`` parameter of ``test_models.py``).
-Running an item goes through ``CaseRuntime.run_op_case`` or ``ModelRuntime.run_model_case``, both
-one body (``CaseRuntime.judge_and_record``): the case runs in an isolating child process (see
+``test_ops.py``, an ``op_cases.OpCase``) and one per model case (``model_case`` parameter of
+``test_models.py``, a ``model_cases.ModelCaseId``). Running an item goes through
+``CaseRuntime.run``, one body for both: the case runs in an isolating child process (see
 ``isolation.py``), its outcome is judged against the exporter's expectations file, a row is
 appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not pass, the repro directory is
 kept. Controller-side hooks add global JUnit properties, turn a crashed worker into a ``crash``
@@ -34,19 +34,11 @@ import pytest
 from conformance import expectations as expectations_mod
 from conformance import model_cases, progress, runs
 from conformance import planted as planted_cases
-from conformance.cases import (
-    DTYPES,
-    EXPORTERS,
-    PROVIDERS,
-    SHAPES,
-    OpCase,
-    in_shard,
-    parse_case_id,
-    parse_shard,
-)
-from conformance.families import op_family
-from conformance.model_cases import ModelCaseId, is_model_id, parse_model_id
+from conformance.case import DTYPES, EXPORTERS, PROVIDERS, SHAPES, in_shard, parse_case, parse_shard
+from conformance.model_cases import ModelCaseId, is_model_id
+from conformance.op_cases import OpCase
 from conformance.runs import case_id_of
+from exporter.stages import Stage
 
 DEFAULT_OPSET = 20
 DEFAULT_CASE_TIMEOUT_S = 120.0
@@ -56,6 +48,24 @@ EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 ROW_STATUSES_WITH_REPRO = ("fail", "xfail", "crash", "timeout")
 DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
 OPTIMIZE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
+TIMEOUT_OPTIONS = (
+    ("--case-timeout", DEFAULT_CASE_TIMEOUT_S, "one case"),
+    ("--model-case-timeout", DEFAULT_MODEL_CASE_TIMEOUT_S, "one model case"),
+)
+#: Row fields a JUnit test case does not repeat as properties: its name (the id) says them, the
+#: failure message holds the error, and the versions are global properties.
+NOT_JUNIT_PROPERTIES = frozenset(
+    ("kind", "subject", "dtype", "shapes", "opset", "provider", "exporter", "sample", "optimize")
+    + ("error", "versions", "extra")
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    names: tuple[str, ...] | None
+    optimize: tuple[bool, ...]
+    case_timeout: float
+    enabled: bool  # False when --ops narrows the run to op cases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,22 +86,14 @@ class Options:
     planted: tuple[str, ...]
     expectations_dir: Path
     isolation: str
+    models: ModelOptions
 
     @property
     def cache_dir(self) -> Path:
         return self.results / ".cache"
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelOptions:
-    names: tuple[str, ...] | None
-    optimize: tuple[bool, ...]
-    case_timeout: float
-    enabled: bool  # False when --ops narrows the run to op cases
-
-
 _OPTIONS_KEY = pytest.StashKey[Options]()
-_MODEL_OPTIONS_KEY = pytest.StashKey[ModelOptions]()
 
 
 # --------------------------------------------------------------------------- options
@@ -136,12 +138,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="write expectations/<exporter>.proposed.toml from this run's rows",
     )
-    group.addoption(
-        "--case-timeout",
-        type=float,
-        default=DEFAULT_CASE_TIMEOUT_S,
-        help=f"seconds one case may take (default {DEFAULT_CASE_TIMEOUT_S:g})",
-    )
+    for flag, default, what in TIMEOUT_OPTIONS:
+        group.addoption(
+            flag, type=float, default=default, help=f"seconds {what} may take (default {default:g})"
+        )
     # For the harness's own tests: planted faulty cases, another expectations directory, and
     # running cases in the pytest process (for debuggers) instead of the isolating child.
     group.addoption("--planted", action="append", help=argparse.SUPPRESS)
@@ -160,12 +160,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="on",
         help="model cases: export with the exporter's graph optimisation on, off or both "
         "(default on)",
-    )
-    group.addoption(
-        "--model-case-timeout",
-        type=float,
-        default=DEFAULT_MODEL_CASE_TIMEOUT_S,
-        help=f"seconds one model case may take (default {DEFAULT_MODEL_CASE_TIMEOUT_S:g})",
     )
     # For the harness's own tests: Python files defining model_cases(), replacing the zoo.
     group.addoption("--model-cases", action="append", help=argparse.SUPPRESS)
@@ -198,8 +192,9 @@ def _parse_options(config: pytest.Config) -> Options:
     for opset in opsets:
         if not 7 <= opset <= 30:
             raise pytest.UsageError(f"--opset {opset}: expected an ONNX opset between 7 and 30")
-    if get("case_timeout") <= 0:
-        raise pytest.UsageError("--case-timeout must be positive")
+    for flag, _, _ in TIMEOUT_OPTIONS:
+        if get(flag.lstrip("-").replace("-", "_")) <= 0:
+            raise pytest.UsageError(f"{flag} must be positive")
     try:
         planted = tuple(planted_cases.check_names(get("planted") or []))
     except ValueError as exc:
@@ -222,6 +217,7 @@ def _parse_options(config: pytest.Config) -> Options:
         planted=planted,
         expectations_dir=Path(get("expectations_dir") or EXPECTATIONS_DIR),
         isolation=get("isolation"),
+        models=_parse_model_options(config),
     )
 
 
@@ -243,44 +239,33 @@ def pytest_configure(config: pytest.Config) -> None:
             )
     for exporter in options.exporters:
         # Parse every expectations file up front: a typo there is a usage error, not N failures.
-        try:
-            expectations_mod.load_expectations(options.expectations_dir / f"{exporter}.toml")
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        for kind in ("op", "model"):
+            try:
+                expectations_mod.load_expectations(expectations_file(options, kind, exporter))
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
     runs.configure(config, options.results, options.resume)
-    _configure_models(config)
-
-
-def _configure_models(config: pytest.Config) -> None:
-    get = config.getoption
-    if get("model_case_timeout") <= 0:
-        raise pytest.UsageError("--model-case-timeout must be positive")
     try:
-        model_cases.use_extra_case_files(get("model_cases") or [])
+        model_cases.use_extra_case_files(config.getoption("model_cases") or [])
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _parse_model_options(config: pytest.Config) -> ModelOptions:
+    get = config.getoption
     names = tuple(get("models")) if get("models") else None
-    options = ModelOptions(
+    return ModelOptions(
         names=names,
         optimize=OPTIMIZE_CHOICES[get("optimize")],
         case_timeout=get("model_case_timeout"),
         enabled=names is not None or not (get("ops") or get("planted")),
     )
-    config.stash[_MODEL_OPTIONS_KEY] = options
-    shared = get_options(config)
-    for exporter in shared.exporters:
-        try:
-            expectations_mod.load_expectations(model_expectations_path(shared, exporter))
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
 
 
-def get_model_options(config: pytest.Config) -> ModelOptions:
-    return config.stash[_MODEL_OPTIONS_KEY]
-
-
-def model_expectations_path(options: Options, exporter: str) -> Path:
-    return options.expectations_dir / f"models-{exporter}.toml"
+def expectations_file(options: Options, kind: str, exporter: str) -> Path:
+    """The expectations file that judges one exporter's cases of ``kind`` (op or model)."""
+    prefix = "models-" if kind == "model" else ""
+    return options.expectations_dir / f"{prefix}{exporter}.toml"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -296,7 +281,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _models_header(config: pytest.Config) -> str:
-    options = get_model_options(config)
+    options = get_options(config).models
     if not options.enabled:
         return "conformance models: off (--ops without --models)"
     flags = ",".join("opt" if flag else "noopt" for flag in options.optimize)
@@ -317,13 +302,10 @@ def worker_id() -> str:
 
 # --------------------------------------------------------------------------- collection
 
-#: (op, dtype, sample index) -> sample facts, filled at collection, read when judging skips.
-_SAMPLE_FACTS: dict[tuple[str, str, int], dict[str, Any]] = {}
-
 
 def collect_op_cases(options: Options) -> list[OpCase]:
     """Every op case the options select, in a stable order, sharded."""
-    from conformance import opinfo_cases
+    from conformance import op_cases
 
     axes = [
         (shapes, opset, provider, exporter)
@@ -342,7 +324,7 @@ def collect_op_cases(options: Options) -> list[OpCase]:
     else:
         matched = 0
         for dtype in options.dtypes:
-            ops = opinfo_cases.load_manifest(options.cache_dir, dtype, options.ops)
+            ops = op_cases.load_manifest(options.cache_dir, dtype, options.ops)
             matched += len(ops)
             for op in ops:
                 if op.error:
@@ -353,15 +335,23 @@ def collect_op_cases(options: Options) -> list[OpCase]:
                 limit = options.samples
                 if limit == -1:
                     limit = (
-                        opinfo_cases.DEFAULT_INPLACE_SAMPLES
-                        if op.inplace
-                        else opinfo_cases.DEFAULT_SAMPLES
+                        op_cases.DEFAULT_INPLACE_SAMPLES if op.inplace else op_cases.DEFAULT_SAMPLES
                     )
                 by_index = {f["index"]: f for f in op.samples}
-                for index in opinfo_cases.select_samples(op.samples, limit, inplace=op.inplace):
-                    _SAMPLE_FACTS[(op.op, dtype, index)] = by_index[index]
+                for index in op_cases.select_samples(op.samples, limit, inplace=op.inplace):
                     for shapes, opset, provider, exporter in axes:
-                        cases.append(OpCase(op.op, index, dtype, shapes, opset, provider, exporter))
+                        cases.append(
+                            OpCase(
+                                op.op,
+                                index,
+                                dtype,
+                                shapes,
+                                opset,
+                                provider,
+                                exporter,
+                                sample_facts=by_index[index],
+                            )
+                        )
         if options.ops and not matched:
             raise pytest.UsageError(
                 f"--ops {' '.join(options.ops)}: no OpInfo supporting {', '.join(options.dtypes)} "
@@ -371,12 +361,9 @@ def collect_op_cases(options: Options) -> list[OpCase]:
     return [case for case in cases if in_shard(case.id, options.shard)]
 
 
-#: zoo model name -> family, filled at collection, read for facts and crash rows.
-_MODEL_FAMILY: dict[str, str] = {}
-
-
 def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
-    shared, options = get_options(config), get_model_options(config)
+    shared = get_options(config)
+    options = shared.models
     if not options.enabled:
         return []
     try:
@@ -399,33 +386,7 @@ def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
             f"(dtypes {', '.join(shared.dtypes)}; models run in {', '.join(model_cases.MODEL_DTYPES)}). "
             "List them with: python -m model_zoo list --tier full"
         )
-    for key, case in selected:
-        _MODEL_FAMILY[key.model] = case.family
     return [key for key, _ in selected]
-
-
-def family_of(model: str) -> str:
-    if model not in _MODEL_FAMILY:
-        try:
-            _MODEL_FAMILY[model] = model_cases.find_case(model).family
-        except Exception:  # noqa: BLE001 - only a label for a crash row
-            _MODEL_FAMILY[model] = model.split("/", 1)[0]
-    return _MODEL_FAMILY[model]
-
-
-def model_facts(key: ModelCaseId) -> dict[str, Any]:
-    """What an expectation's ``match`` can look at for a model case."""
-    return {
-        "id": key.id,
-        "model": key.model,
-        "family": family_of(key.model),
-        "dtype": key.dtype,
-        "shapes": key.shapes,
-        "opset": key.opset,
-        "provider": key.provider,
-        "exporter": key.exporter,
-        "optimize": key.optimize,
-    }
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -454,7 +415,7 @@ def pytest_collection_modifyitems(
             items[:] = keep
     slack = BACKSTOP_SLACK_S if options.isolation == "child" else 0
     op_backstop = options.case_timeout + slack
-    model_backstop = get_model_options(config).case_timeout + slack
+    model_backstop = options.models.case_timeout + slack
     keep, drop = [], []
     for item in items:
         case_id = case_id_of(item) or ""
@@ -485,66 +446,61 @@ def versions() -> dict[str, str]:
 
 
 class CaseRuntime:
-    """Per-worker state: the isolating child, loaded expectations, the rows file."""
+    """Per-worker state: the isolating children (one for op cases, a forking zygote for model
+    cases, each started when its first case runs), loaded expectations, the rows file."""
 
     def __init__(self, options: Options):
-        from conformance.isolation import CaseChild
-
         self.options = options
         self.worker = worker_id()
         self.rows_path = runs.rows_path(options.results, self.worker)
         self.scratch = runs.scratch_dir(options.results, self.worker)
         self.inflight = runs.inflight_path(options.results, self.worker)
-        self.child = CaseChild()
         self.versions = versions()
-        self._expectations: dict[str, list] = {}
+        self._children: dict[str, Any] = {}
+        self._expectations: dict[Path, list] = {}
 
     def close(self) -> None:
-        self.child.close()
+        for child in self._children.values():
+            child.close()
 
-    def expectations(self, exporter: str) -> list:
-        if exporter not in self._expectations:
-            path = self.options.expectations_dir / f"{exporter}.toml"
-            self._expectations[exporter] = expectations_mod.load_expectations(path)
-        return self._expectations[exporter]
+    def child(self, kind: str):
+        if kind not in self._children:
+            from conformance.isolation import CaseChild, ForkingModelChild
 
-    def run_op_case(self, case: OpCase, record_property) -> None:
-        facts = expectations_mod.case_facts(
-            case.id, _SAMPLE_FACTS.get((case.op, case.dtype, case.sample))
-        )
+            self._children[kind] = ForkingModelChild() if kind == "model" else CaseChild()
+        return self._children[kind]
 
-        def run() -> dict[str, Any]:
-            if planted_cases.planted_name(case.op) == "worker_crash":
-                self._mark_inflight(case, "export", facts)
-                os.abort()
-            return self._run(case, facts)
+    def expectations(self, case) -> list:
+        path = expectations_path(self.options, case)
+        if path not in self._expectations:
+            self._expectations[path] = expectations_mod.load_expectations(path)
+        return self._expectations[path]
 
-        self.judge_and_record(
-            case.id,
-            facts,
-            self.expectations(case.exporter),
-            run,
-            lambda fields: self._row(case, fields),
-            lambda row: self._finish(row, record_property),
-        )
-
-    def judge_and_record(self, case_id: str, facts, entries, run, make_row, finish) -> None:
-        """The one body of every case, op or model: skip by expectation, ``run()`` (isolated,
-        returning row fields), judge against the expectations, keep a repro for a case that did
-        not pass, ``finish(row)`` (append it), and fail or pass the pytest item accordingly."""
+    def run(self, case, record_property) -> None:
+        """The one body of every case, op or model: skip by expectation, run it isolated (row
+        fields back whatever happens to the child), judge against the expectations, keep a
+        repro for a case that did not pass, append its row, and fail or pass the pytest item
+        accordingly."""
+        facts = case.facts()
+        entries = self.expectations(case)
         skip = expectations_mod.skip_entry(entries, facts)
         if skip is not None:
-            row = make_row({"status": "skip", "error": f"skipped by expectation: {skip.reason}"})
+            row = self._row(
+                case, {"status": "skip", "error": f"skipped by expectation: {skip.reason}"}
+            )
             row.expectation = skip.reason
-            finish(row)
+            self._finish(row, record_property)
             pytest.skip(f"expectation: {skip.reason}")
 
-        outcome = run()
+        if planted_cases.planted_name(getattr(case, "op", "")) == "worker_crash":
+            self._mark_inflight(case, Stage.EXPORT, facts)
+            os.abort()
+        outcome = self._run(case, facts)
         status = outcome.pop("status")
         verdict = expectations_mod.judge(
             entries, facts, status, outcome.get("stage"), outcome.get("error_signature")
         )
-        row = make_row({**outcome, "status": verdict.status})
+        row = self._row(case, {**outcome, "status": verdict.status})
         if verdict.entry is not None:
             row.expectation = verdict.entry.reason
         if row.status in ROW_STATUSES_WITH_REPRO:
@@ -553,43 +509,67 @@ class CaseRuntime:
             row.repro_dir = keep_repro(
                 self.scratch,
                 self.options.results,
-                case_id,
+                case.id,
                 status=row.status,
                 stage=row.stage,
                 error=row.error,
             )
-        finish(row)
+        self._finish(row, record_property)
         self.inflight.unlink(missing_ok=True)
         _conclude(verdict, row, self.options.results)
 
-    def _run(self, case: OpCase, facts: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, case, facts: dict[str, Any]) -> dict[str, Any]:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
+        kind = case.row_identity()["kind"]
+        timeout = self.options.models.case_timeout if kind == "model" else self.options.case_timeout
+        self._mark_inflight(case, Stage.EXPORT, facts)
+        shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
+        announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
+        try:
+            if self.options.isolation == "none":
+                from conformance.runner import run_case
 
-        def inline(scratch: Path, announce) -> dict[str, Any]:
-            from conformance.runner import run_op_case
+                return run_case(case, self.scratch, announce=announce).to_dict()
+            result = self.child(kind).run(case.id, self.scratch, timeout, on_stage=announce)
+        except pytest.fail.Exception as exc:
+            if "Timeout" not in str(exc):
+                raise
+            # pytest-timeout fired: in-process that is the case timeout, with the child it is
+            # the backstop and the child is stuck somewhere.
+            self.child(kind).kill()
+            stage = self._inflight_stage() or Stage.EXPORT.value
+            return _abnormal("timeout", stage, f"{exc} at stage {stage}")
+        if result.status == "done":
+            return result.outcome
+        if result.status == "timeout":
+            detail = f"case timed out after {timeout:g} s at stage {result.stage}"
+            return _abnormal("timeout", result.stage, detail)
+        if result.status == "error":
+            # A bug in the harness, not in the exporter: the row says so in its signature.
+            row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
+            row["error_signature"] = f"HarnessError: {row['error_signature']}"
+            return row
+        return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
 
-            return run_op_case(case, scratch, announce=announce).to_dict()
-
-        return run_isolated(self, case, facts, self.child, self.options.case_timeout, inline)
-
-    def _row(self, case: OpCase, fields: dict[str, Any]):
+    def _row(self, case, fields: dict[str, Any]):
         extra = dict(fields.pop("extra", None) or {})
-        extra.setdefault("sample", _SAMPLE_FACTS.get((case.op, case.dtype, case.sample)))
+        if getattr(case, "sample_facts", None) is not None:
+            extra.setdefault("sample", case.sample_facts)
         extra["worker"] = self.worker
-        return new_row(_op_identity(case), self.versions, extra, fields)
+        return new_row(case.row_identity(), self.versions, extra, fields)
 
     def _finish(self, row, record_property) -> None:
         from reports.rows import append_row
 
         append_row(self.rows_path, row)
-        for key in ("id", "family", "status", "stage", "error_signature", "expectation"):
-            if getattr(row, key) is not None:
-                record_property(key, getattr(row, key))
-        for key in ("max_abs", "max_rel", "rtol", "atol", "export_s", "run_s", "repro_dir"):
-            if getattr(row, key) is not None:
-                record_property(key, getattr(row, key))
+        for field in dataclasses.fields(row):
+            value = getattr(row, field.name)
+            if field.name not in NOT_JUNIT_PROPERTIES and value is not None:
+                record_property(field.name, value)
+        if row.extra.get("max_rel_scale") is not None:
+            record_property("max_rel_scale", row.extra["max_rel_scale"])
 
-    def _mark_inflight(self, case: OpCase, stage: str, facts: dict[str, Any]) -> None:
+    def _mark_inflight(self, case, stage: str, facts: dict[str, Any]) -> None:
         """Where this worker is, for the controller to use if the whole worker dies."""
         self.inflight.parent.mkdir(parents=True, exist_ok=True)
         self.inflight.write_text(json.dumps({"id": case.id, "stage": stage, "facts": facts}))
@@ -601,54 +581,21 @@ class CaseRuntime:
             return None
 
 
-def run_isolated(runtime, case, facts, child, case_timeout: float, inline) -> dict[str, Any]:
-    """Run ``case`` (anything with an ``id``) in ``child``, or through ``inline(scratch,
-    announce)`` without isolation, and return its outcome as a dict of row fields whatever
-    happens to the child. ``runtime`` is the worker's ``CaseRuntime`` (scratch directory and
-    in-flight marker); op and model cases share this."""
-    runtime._mark_inflight(case, "export", facts)
-    shutil.rmtree(runtime.scratch, ignore_errors=True)  # never inherit the last case's files
-    announce = lambda stage: runtime._mark_inflight(case, stage, facts)  # noqa: E731
-    try:
-        if runtime.options.isolation == "none":
-            return inline(runtime.scratch, announce)
-        result = child.run(case.id, runtime.scratch, case_timeout, on_stage=announce)
-    except pytest.fail.Exception as exc:
-        if "Timeout" not in str(exc):
-            raise
-        # pytest-timeout fired: in-process that is the case timeout, with the child it is the
-        # backstop and the child is stuck somewhere.
-        child.kill()
-        stage = runtime._inflight_stage() or "export"
-        return _abnormal("timeout", stage, f"{exc} at stage {stage}")
-    if result.status == "done":
-        return result.outcome
-    if result.status == "timeout":
-        detail = f"case timed out after {case_timeout:g} s at stage {result.stage}"
-        return _abnormal("timeout", result.stage, detail)
-    if result.status == "error":
-        # A bug in the harness, not in the exporter: the row says so in its signature.
-        row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
-        row["error_signature"] = f"HarnessError: {row['error_signature']}"
-        return row
-    return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
+def expectations_path(options: Options, case) -> Path:
+    return expectations_file(options, case.row_identity()["kind"], case.exporter)
 
 
 def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:
     from conformance.runner import signature_of
 
     if stage not in expectations_mod.STAGES:
-        stage = "export"  # before the export the case was still being built
+        stage = Stage.EXPORT.value  # before the export the case was still being built
     return {
         "status": status,
         "stage": stage,
         "error": detail,
         "error_signature": signature_of(detail),
     }
-
-
-def _family(op: str) -> str:
-    return "planted" if op.startswith(planted_cases.PREFIX) else op_family(op)
 
 
 def _conclude(verdict, row, results: Path) -> None:
@@ -672,69 +619,6 @@ def _conclude(verdict, row, results: Path) -> None:
 @pytest.fixture(scope="session")
 def conformance_runtime(request: pytest.FixtureRequest):
     runtime = CaseRuntime(get_options(request.config))
-    yield runtime
-    runtime.close()
-
-
-class ModelRuntime:
-    """Runs each model case in a fresh process forked from this worker's zygote
-    (``isolation.py``); rows, scratch and judging are the worker's ``CaseRuntime``'s."""
-
-    def __init__(self, base, options: ModelOptions):
-        from conformance.isolation import ForkingModelChild
-
-        self.base = base  # rows file, scratch, in-flight marker, versions
-        self.options = options
-        self.child = ForkingModelChild()
-        self._expectations: dict[str, list] = {}
-
-    def close(self) -> None:
-        self.child.close()
-
-    def expectations(self, exporter: str) -> list:
-        if exporter not in self._expectations:
-            path = model_expectations_path(self.base.options, exporter)
-            self._expectations[exporter] = expectations_mod.load_expectations(path)
-        return self._expectations[exporter]
-
-    def run_model_case(self, key: ModelCaseId, record_property) -> None:
-        facts = model_facts(key)
-        self.base.judge_and_record(
-            key.id,
-            facts,
-            self.expectations(key.exporter),
-            lambda: self._run(key, facts),
-            lambda fields: self._row(key, fields),
-            lambda row: self._finish(row, record_property),
-        )
-
-    def _run(self, key: ModelCaseId, facts: dict[str, Any]) -> dict[str, Any]:
-        """The case's outcome as a dict of row fields, whatever happens to the child."""
-
-        def inline(scratch, announce) -> dict[str, Any]:
-            from conformance.runner import run_model_case
-
-            return run_model_case(key.id, scratch, announce=announce).to_dict()
-
-        return run_isolated(self.base, key, facts, self.child, self.options.case_timeout, inline)
-
-    def _row(self, key: ModelCaseId, fields: dict[str, Any]):
-        extra = dict(fields.pop("extra", None) or {})
-        extra["worker"] = self.base.worker
-        return new_row(_model_identity(key), self.base.versions, extra, fields)
-
-    def _finish(self, row, record_property) -> None:
-        self.base._finish(row, record_property)
-        for key in ("node_count", "latency_ms", "session_create_s"):
-            if getattr(row, key) is not None:
-                record_property(key, getattr(row, key))
-        if row.extra.get("max_rel_scale") is not None:
-            record_property("max_rel_scale", row.extra["max_rel_scale"])
-
-
-@pytest.fixture(scope="session")
-def conformance_model_runtime(request: pytest.FixtureRequest, conformance_runtime):
-    runtime = ModelRuntime(conformance_runtime, get_model_options(request.config))
     yield runtime
     runtime.close()
 
@@ -763,58 +647,40 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
-    """A whole xdist worker died running ``crashitem``: write its ``crash`` row."""
+    """A whole xdist worker died running ``crashitem``: judge and append its ``crash`` row (ops
+    and models); the stage comes from the worker's in-flight marker."""
+    from reports.rows import append_row
+
+    try:
+        case = parse_case(_case_id_from_nodeid(crashitem) or "")
+    except ValueError:
+        return None
     options = get_options(report.node.config)
-    case_id = _case_id_from_nodeid(crashitem)
-    if is_model_id(case_id):
-        key = parse_model_id(case_id)
-        record_worker_crash(
-            report,
-            case_id,
-            expectations_path=model_expectations_path(options, key.exporter),
-            facts_of=lambda inflight: model_facts(key),
-            make_row=lambda facts, worker: new_row(
-                _model_identity(key), versions(), {"worker": worker}
-            ),
-        )
-        return None
-    if case_id is None or not case_id.startswith("op::"):
-        return None
-    case = parse_case_id(case_id)
-
-    record_worker_crash(
-        report,
-        case_id,
-        expectations_path=options.expectations_dir / f"{case.exporter}.toml",
-        facts_of=lambda inflight: inflight or expectations_mod.case_facts(case_id, None),
-        make_row=lambda facts, worker: new_row(
-            _op_identity(case), versions(), {"sample": facts, "worker": worker}
-        ),
-    )
+    worker = report.node.gateway.id
+    inflight = runs.inflight_path(options.results, worker)
+    stage, facts = Stage.EXPORT.value, None
+    try:
+        data = json.loads(inflight.read_text())
+        if data.get("id") == case.id:
+            stage, facts = data.get("stage", Stage.EXPORT.value), data.get("facts")
+        inflight.unlink()
+    except (OSError, ValueError):
+        pass
+    facts = facts or case.facts()
+    detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
+    outcome = _abnormal("crash", stage, detail)
+    entries = expectations_mod.load_expectations(expectations_path(options, case))
+    verdict = expectations_mod.judge(entries, facts, "crash", stage, outcome["error_signature"])
+    extra = {"sample": facts} if isinstance(case, OpCase) else {}
+    row = new_row(case.row_identity(), versions(), {**extra, "worker": worker})
+    row.status, row.stage, row.error = verdict.status, outcome["stage"], detail
+    row.error_signature = outcome["error_signature"]
+    row.expectation = verdict.entry.reason if verdict.entry else None
+    append_row(runs.rows_path(options.results, worker), row)
+    if verdict.item == "xfail":
+        report.outcome = "skipped"
+        report.wasxfail = verdict.message
     return None
-
-
-def _op_identity(case: OpCase) -> dict[str, Any]:
-    """The row fields that say which op case a row is about."""
-    return {
-        "id": case.id,
-        "kind": "op",
-        "subject": case.op,
-        "family": _family(case.op),
-        "dtype": case.dtype,
-        "shapes": case.shapes,
-        "opset": case.opset,
-        "provider": case.provider,
-        "exporter": case.exporter,
-        "sample": case.sample,
-    }
-
-
-def _model_identity(key: ModelCaseId) -> dict[str, Any]:
-    """The row fields that say which model case a row is about: its facts, with the model as
-    the row's subject."""
-    facts = model_facts(key)
-    return {"kind": "model", "subject": facts.pop("model"), **facts}
 
 
 def new_row(identity: dict[str, Any], versions: dict[str, str], extra, fields=None):
@@ -823,43 +689,11 @@ def new_row(identity: dict[str, Any], versions: dict[str, str], extra, fields=No
     from reports.rows import CaseResult
 
     row = CaseResult(**identity, status="fail", versions=versions, extra=extra)
-    known = {f.name for f in dataclasses.fields(CaseResult)} - {"extra", *identity}
+    known = {f.name for f in dataclasses.fields(CaseResult)} - {"extra", "versions", *identity}
     for name, value in (fields or {}).items():
         if name in known:
             setattr(row, name, value)
     return row
-
-
-def record_worker_crash(report, case_id: str, *, expectations_path, facts_of, make_row) -> None:
-    """Judge and append the ``crash`` row of a case whose xdist worker died (ops and models):
-    the stage comes from the worker's in-flight marker. ``facts_of(marker facts or None)`` gives
-    the case's facts, ``make_row(facts, worker)`` its row."""
-    from reports.rows import append_row
-
-    options = get_options(report.node.config)
-    worker = report.node.gateway.id
-    inflight = runs.inflight_path(options.results, worker)
-    stage, inflight_facts = "export", None
-    try:
-        data = json.loads(inflight.read_text())
-        if data.get("id") == case_id:
-            stage, inflight_facts = data.get("stage", "export"), data.get("facts")
-        inflight.unlink()
-    except (OSError, ValueError):
-        pass
-    detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
-    outcome = _abnormal("crash", stage, detail)
-    facts = facts_of(inflight_facts)
-    entries = expectations_mod.load_expectations(expectations_path)
-    verdict = expectations_mod.judge(entries, facts, "crash", stage, outcome["error_signature"])
-    row = make_row(facts, worker)
-    row.status, row.stage, row.error = verdict.status, stage, detail
-    row.error_signature = outcome["error_signature"]
-    row.expectation = verdict.entry.reason if verdict.entry else None
-    append_row(runs.rows_path(options.results, worker), row)
-    if verdict.item == "xfail":
-        report.outcome = "skipped"
-        report.wasxfail = verdict.message
 
 
 def _case_id_from_nodeid(nodeid: str) -> str | None:
@@ -878,32 +712,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write_proposals(config: pytest.Config, options: Options) -> None:
-    ids = {case.id for case in collect_op_cases(options)}
-    write_proposals(
-        config, ids, options, lambda exporter: options.expectations_dir / f"{exporter}.toml"
-    )
-    if get_model_options(config).enabled:
-        write_proposals(
-            config,
-            {key.id for key in collect_model_cases(config)},
-            options,
-            lambda exporter: model_expectations_path(options, exporter),
-            facts_of=lambda row: model_facts(parse_model_id(row.id)),
-        )
-
-
-def write_proposals(config: pytest.Config, ids: set[str], options: Options, path_of, facts_of=None):
-    """``--update-expectations``: beside each exporter's expectations file (``path_of``), a
-    ``.proposed.toml`` judged from the rows of the cases in ``ids`` (ops and models)."""
+    """``--update-expectations``: beside each expectations file that judged this run's cases, a
+    ``.proposed.toml`` judged from the rows of those cases."""
     from reports.rows import read_rows
 
-    rows = [row for row in read_rows([options.results]) if row.id in ids]
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    cases: list = collect_op_cases(options)
+    if get_options(config).models.enabled:
+        cases += collect_model_cases(config)
+    ids_by_path: dict[Path, set[str]] = {}
     for exporter in options.exporters:
-        path = path_of(exporter)
+        # Every exporter's op file gets a proposal, even where the run had no op case for it.
+        ids_by_path[expectations_file(options, "op", exporter)] = set()
+    for case in cases:
+        ids_by_path.setdefault(expectations_path(options, case), set()).add(case.id)
+    rows = read_rows([options.results])
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for path, ids in ids_by_path.items():
         entries = expectations_mod.load_expectations(path)
-        chosen = (r for r in rows if r.exporter == exporter)
-        proposal = expectations_mod.propose(entries, chosen, facts_of=facts_of)
+        proposal = expectations_mod.propose(entries, (r for r in rows if r.id in ids))
         target = expectations_mod.proposed_path(path)
         expectations_mod.write_expectations(target, proposal.entries)
         message = (

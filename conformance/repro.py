@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.cases import sanitise_id
+from conformance.case import sanitise_id
 from exporter.diagnostics.repro import install_scripts, save_arrays
 
 REPROS_DIR = "repros"

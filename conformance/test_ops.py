@@ -6,4 +6,4 @@ Each item is one OpInfo sample x dtype x shape mode x opset x provider x exporte
 
 
 def test_op(op_case, conformance_runtime, record_property):
-    conformance_runtime.run_op_case(op_case, record_property)
+    conformance_runtime.run(op_case, record_property)

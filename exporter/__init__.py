@@ -7,46 +7,60 @@ Drop-in for ``torch.onnx.export(model, args, kwargs=..., dynamo=True)``::
     onnx_program.save("model.onnx")
 """
 
-from exporter import ops as ops  # noqa: F401  (fills the registry)
-from exporter._api import export
-from exporter._errors import (
-    CaptureError,
-    DecompositionError,
-    InvalidExportArgumentsError,
-    OnnxCheckerError,
-    OnnxExporterError,
-    OnnxVerificationError,
-    OptimizationError,
-    SerializationError,
-    TranslationError,
-    UnsupportedOpError,
-)
-from exporter._flags import is_in_onnx_export
-from exporter._program import ONNXProgram
+import importlib
 
+# The public names load on first use, so that the exporter's plain-data modules (the stage
+# vocabulary, the comparison rule) can be imported without torch and the op library: the
+# conformance controller and the report builder read them and must stay light.
+_PUBLIC = {
+    "export": "exporter._api",
+    "ONNXProgram": "exporter._program",
+    "is_in_onnx_export": "exporter._flags",
+    "register": "exporter.ops._registry",
+    "translates": "exporter.ops._registry",
+    "DEFAULT_REGISTRY": "exporter.ops._registry",
+    **dict.fromkeys(
+        (
+            "OnnxExporterError",
+            "InvalidExportArgumentsError",
+            "CaptureError",
+            "DecompositionError",
+            "UnsupportedOpError",
+            "TranslationError",
+            "OptimizationError",
+            "SerializationError",
+            "OnnxCheckerError",
+            "OnnxVerificationError",
+        ),
+        "exporter._errors",
+    ),
+}
 # The diagnostics layer moved under exporter.diagnostics; `from exporter import verify` (and the
 # others) keep working for code written before the move.
-from exporter.diagnostics import bisect as bisect  # noqa: F401
-from exporter.diagnostics import report as report  # noqa: F401
-from exporter.diagnostics import repro as repro  # noqa: F401
-from exporter.diagnostics import verify as verify  # noqa: F401
-from exporter.ops._registry import DEFAULT_REGISTRY, register, translates
+_MODULES = {
+    "ops": "exporter.ops",
+    "bisect": "exporter.diagnostics.bisect",
+    "report": "exporter.diagnostics.report",
+    "repro": "exporter.diagnostics.repro",
+    "verify": "exporter.diagnostics.verify",
+}
 
-__all__ = [
-    "export",
-    "ONNXProgram",
-    "is_in_onnx_export",
-    "register",
-    "translates",
-    "DEFAULT_REGISTRY",
-    "OnnxExporterError",
-    "InvalidExportArgumentsError",
-    "CaptureError",
-    "DecompositionError",
-    "UnsupportedOpError",
-    "TranslationError",
-    "OptimizationError",
-    "SerializationError",
-    "OnnxCheckerError",
-    "OnnxVerificationError",
-]
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _PUBLIC:
+        # Every translation registers when the op library is imported: before any export.
+        importlib.import_module("exporter.ops")
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    else:
+        raise AttributeError(f"module 'exporter' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC, *_MODULES})
+
+
+__all__ = list(_PUBLIC)

@@ -8,21 +8,13 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from exporter.stages import RECORD_STAGES
+
 if TYPE_CHECKING:
     from exporter.diagnostics.verify import VerificationResult
 
 #: Stage names, in order. Each is "ok", "failed", "skipped" or absent (not reached).
-STAGES = (
-    "capture",
-    "decomposition",
-    "translation",
-    "optimize",
-    "checker",
-    "ort_load",
-    "ort_run",
-    "accuracy",
-    "second_shape_accuracy",
-)
+STAGES = RECORD_STAGES
 
 
 @dataclasses.dataclass

@@ -14,8 +14,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from exporter.stages import CASE_STAGES, FORMER_NAMES
+
 STATUSES = ("pass", "fail", "xfail", "xpass", "skip", "crash", "timeout", "vacuous")
-STAGES = ("export", "checker", "load", "run", "compare", "second-shape")
+#: The stages a case can fail at: the exporter's one stage vocabulary, as plain names.
+STAGES = tuple(stage.value for stage in CASE_STAGES)
 #: Statuses that count as a success in pass-rate tables.
 PASSING = ("pass",)
 #: Statuses no expectation predicted: what a triage starts from.
@@ -71,6 +74,8 @@ class CaseResult:
         known = {f.name for f in dataclasses.fields(cls)}
         extra = dict(data.get("extra") or {})
         extra.update({k: v for k, v in data.items() if k not in known})
+        if data.get("stage") in FORMER_NAMES:
+            data = {**data, "stage": FORMER_NAMES[data["stage"]].value}
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"}, extra=extra)
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from exporter import _errors
 from exporter._record import ExportRecord
+from exporter.stages import VERIFY_STAGES, Stage
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -45,16 +46,15 @@ SECTIONS = (
 
 OK, FAILED, NOT_RUN = "✅", "❌", "⚪"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_VERIFY_STAGES = ("checker", "ort_load", "ort_run", "accuracy", "second_shape_accuracy")
 _STAGE_TITLES = {
     "decomposition": "Decomposition",
     "translation": "Translation to ONNX",
     "optimize": "Optimisation (onnxscript optimizer)",
-    "checker": "onnx.checker.check_model(full_check=True)",
-    "ort_load": "onnxruntime load",
-    "ort_run": "onnxruntime run",
-    "accuracy": "Accuracy against the reference (example inputs)",
-    "second_shape_accuracy": "Accuracy at a second shape (dynamic dims changed)",
+    Stage.CHECKER: "onnx.checker.check_model(full_check=True)",
+    Stage.LOAD: "onnxruntime load",
+    Stage.RUN: "onnxruntime run",
+    Stage.COMPARE: "Accuracy against the reference (example inputs)",
+    Stage.SECOND_SHAPE: "Accuracy at a second shape (dynamic dims changed)",
 }
 
 
@@ -263,7 +263,7 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
                 f"{_first_line(attempt.error)}"
             )
     verification = record.verification
-    for stage in ("decomposition", "translation", "optimize", *_VERIFY_STAGES):
+    for stage in ("decomposition", "translation", "optimize", *VERIFY_STAGES):
         state = record.status.get(stage)
         title = _STAGE_TITLES[stage]
         if stage == "decomposition" and state == "ok":
@@ -287,7 +287,7 @@ def _status(record: ExportRecord, error: BaseException | None) -> str:
                 detail = f": {_cell(verification.checker)[:300]}"
             lines.append(f"- {_mark(state)} {title}{detail}")
         elif (
-            stage in _VERIFY_STAGES
+            stage in VERIFY_STAGES
             and verification is None
             and not reached_failure
             and not record.verify_requested

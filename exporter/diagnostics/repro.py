@@ -34,6 +34,7 @@ import numpy as np
 
 from exporter._record import ExportRecord
 from exporter.diagnostics.compare import resolve_tolerance
+from exporter.stages import Stage
 
 if TYPE_CHECKING:
     from exporter._program import ONNXProgram
@@ -220,11 +221,11 @@ def write_verification_repro(
 
 def _failed_stage(verification: VerificationResult) -> str:
     if verification.ort_load_error:
-        return "ort_load"
+        return Stage.LOAD
     for run in verification.runs:
         if run.failed_stage is not None:
             return run.failed_stage
-    return "second_shape_accuracy" if verification.specialised else "checker"
+    return Stage.SECOND_SHAPE if verification.specialised else Stage.CHECKER
 
 
 def write_export_repro(

@@ -1,8 +1,8 @@
 """``verify=True``: does the ONNX model compute what the user's eager module computes?
 
-Stages, each recorded into ``ExportRecord.status``: ``checker`` (the real
-``onnx.checker.check_model(full_check=True)``), ``ort_load``, ``ort_run``, ``accuracy`` (values,
-shapes and dtypes against the EAGER module on the example inputs) and ``second_shape_accuracy``
+Stages (``exporter.stages``), each recorded into ``ExportRecord.status``: ``checker`` (the real
+``onnx.checker.check_model(full_check=True)``), ``load``, ``run``, ``compare`` (values,
+shapes and dtypes against the EAGER module on the example inputs) and ``second-shape``
 (the same on generated inputs where every dynamic dimension has another size). When outputs
 diverge, :mod:`exporter.diagnostics.bisect` names the first divergent FX node.
 
@@ -28,6 +28,7 @@ from exporter._errors import OnnxCheckerError, OnnxVerificationError
 from exporter._record import ExportRecord
 from exporter.diagnostics.compare import compare_arrays, resolve_tolerance
 from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
+from exporter.stages import Stage
 
 
 class OnnxVerificationWarning(UserWarning):
@@ -77,8 +78,8 @@ class RunComparison:
         if self.ok:
             return None
         if self.second_shape:
-            return "second_shape_accuracy"
-        return "ort_run" if self.runtime_failed else "accuracy"
+            return Stage.SECOND_SHAPE
+        return Stage.RUN if self.runtime_failed else Stage.COMPARE
 
     def shapes_text(self) -> str:
         return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
@@ -610,10 +611,10 @@ def verify_program(
 
     start = time.perf_counter()
     result.checker = run_checker(program.model)
-    status["checker"] = "ok" if result.checker_ok else "failed"
-    timed("checker", start)
+    status[Stage.CHECKER] = "ok" if result.checker_ok else "failed"
+    timed(Stage.CHECKER, start)
     if not result.checker_ok and record is not None:
-        record.add_error("checker", OnnxCheckerError(result.checker))
+        record.add_error(Stage.CHECKER, OnnxCheckerError(result.checker))
 
     start = time.perf_counter()
     try:
@@ -621,12 +622,12 @@ def verify_program(
     except Exception as exc:  # noqa: BLE001 - without a reference there is nothing to compare
         expected = None
         reason = f"the reference raised on the example inputs: {type(exc).__name__}: {exc}"
-        for stage in ("ort_load", "ort_run", "accuracy", "second_shape_accuracy"):
+        for stage in (Stage.LOAD, Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE):
             status[stage] = "skipped"
             result.skipped[stage] = reason
         if record is not None:
-            record.add_error("accuracy", exc)
-    timed("accuracy", start)
+            record.add_error(Stage.COMPARE, exc)
+    timed(Stage.COMPARE, start)
     if expected is None:
         message = f"verify could not run: {result.skipped['accuracy']}"
         if strict:
@@ -638,13 +639,13 @@ def verify_program(
     start = time.perf_counter()
     try:
         program.initialize_inference_session()
-        status["ort_load"] = "ok"
+        status[Stage.LOAD] = "ok"
     except Exception as exc:  # noqa: BLE001 - recorded and reported, never lost
         result.ort_load_error = f"{type(exc).__name__}: {str(exc).strip()}"
-        status["ort_load"] = "failed"
+        status[Stage.LOAD] = "failed"
         if record is not None:
-            record.add_error("ort_load", exc)
-    timed("ort_load", start)
+            record.add_error(Stage.LOAD, exc)
+    timed(Stage.LOAD, start)
 
     if result.ort_load_error is None:
         start = time.perf_counter()
@@ -653,11 +654,11 @@ def verify_program(
         )
         result.runs.append(first)
         ran = not first.runtime_failed
-        status["ort_run"] = "ok" if ran else "failed"
-        status["accuracy"] = ("ok" if first.ok else "failed") if ran else "skipped"
+        status[Stage.RUN] = "ok" if ran else "failed"
+        status[Stage.COMPARE] = ("ok" if first.ok else "failed") if ran else "skipped"
         if not ran:
-            result.skipped["accuracy"] = "onnxruntime failed on the example inputs"
-        timed("ort_run", start)
+            result.skipped[Stage.COMPARE] = "onnxruntime failed on the example inputs"
+        timed(Stage.RUN, start)
         if ran:
             start = time.perf_counter()
             try:
@@ -674,16 +675,16 @@ def verify_program(
                     atol=atol,
                 )
             except Exception as exc:  # noqa: BLE001 - a verify bug must not fail the export
-                status["second_shape_accuracy"] = "skipped"
-                result.skipped["second_shape_accuracy"] = (
+                status[Stage.SECOND_SHAPE] = "skipped"
+                result.skipped[Stage.SECOND_SHAPE] = (
                     f"generating the second-shape inputs failed: {type(exc).__name__}: {exc}"
                 )
-            timed("second_shape_accuracy", start)
+            timed(Stage.SECOND_SHAPE, start)
         else:
-            status["second_shape_accuracy"] = "skipped"
-            result.skipped["second_shape_accuracy"] = "onnxruntime failed on the example inputs"
+            status[Stage.SECOND_SHAPE] = "skipped"
+            result.skipped[Stage.SECOND_SHAPE] = "onnxruntime failed on the example inputs"
     else:
-        for stage in ("ort_run", "accuracy", "second_shape_accuracy"):
+        for stage in (Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE):
             status[stage] = "skipped"
             result.skipped[stage] = "onnxruntime could not load the model"
 
@@ -727,15 +728,15 @@ def _second_shape(
             program.model, program.exported_program, tensors, requested, delta
         )
         if plan is None:
-            status["second_shape_accuracy"] = "skipped"
-            result.skipped["second_shape_accuracy"] = (
+            status[Stage.SECOND_SHAPE] = "skipped"
+            result.skipped[Stage.SECOND_SHAPE] = (
                 "the ONNX graph's inputs do not line up with the tensor inputs"
             )
             return
         result.specialised = plan.specialised
         if not plan.new_shapes:
-            status["second_shape_accuracy"] = "skipped"
-            result.skipped["second_shape_accuracy"] = "the model has no dynamic dimensions"
+            status[Stage.SECOND_SHAPE] = "skipped"
+            result.skipped[Stage.SECOND_SHAPE] = "the model has no dynamic dimensions"
             return
         new_leaves = list(leaves)
         for pos, shape in plan.new_shapes.items():
@@ -754,18 +755,18 @@ def _second_shape(
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
         result.case.expected2 = expected
         result.second_inputs = (new_args, new_kwargs)
-        status["second_shape_accuracy"] = "ok" if run.ok and not plan.specialised else "failed"
+        status[Stage.SECOND_SHAPE] = "ok" if run.ok and not plan.specialised else "failed"
         return
     # The reference itself cannot run at other sizes.
     reason = "the reference raised at every generated size (" + "; ".join(eager_errors) + ")"
     if result.specialised:
-        status["second_shape_accuracy"] = "failed"
-        result.skipped["second_shape_accuracy"] = (
+        status[Stage.SECOND_SHAPE] = "failed"
+        result.skipped[Stage.SECOND_SHAPE] = (
             reason + ": the model itself does not support other sizes of the requested axes"
         )
     else:
-        status["second_shape_accuracy"] = "skipped"
-        result.skipped["second_shape_accuracy"] = reason
+        status[Stage.SECOND_SHAPE] = "skipped"
+        result.skipped[Stage.SECOND_SHAPE] = reason
 
 
 def _bisect_first_failure(
@@ -802,7 +803,7 @@ def _record_problems(record: ExportRecord, result: VerificationResult) -> None:
     if result.bisection is not None and result.bisection.first is not None:
         source = result.bisection.first.source
     found: dict[str, list[str]] = {}
-    found.setdefault("second_shape_accuracy", []).extend(
+    found.setdefault(Stage.SECOND_SHAPE, []).extend(
         f"dynamic axis specialised: {s}" for s in result.specialised
     )
     for run in result.runs:

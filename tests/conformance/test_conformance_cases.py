@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from conformance import cases, shapes
+from conformance import case as cases
+from conformance import op_cases, planted, shapes
 from conformance.families import op_family
 from conformance.modules import CallModule, flatten_outputs, split_call
-from conformance.opinfo_cases import select_samples
+from conformance.op_cases import select_samples
+from conformance.runner import run_case
 from exporter.diagnostics import second_shape
+from exporter.stages import CASE_STAGES
 
 
 def test_case_id_round_trip():
-    case = cases.OpCase("nn.functional.conv2d", 3, "f32", "dynamic", 20, "cpu", "ours")
+    case = op_cases.OpCase("nn.functional.conv2d", 3, "f32", "dynamic", 20, "cpu", "ours")
     assert case.id == "op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours"
-    assert cases.parse_case_id(case.id) == case
+    assert op_cases.parse_case_id(case.id) == case
 
 
 @pytest.mark.parametrize(
@@ -29,11 +34,58 @@ def test_case_id_round_trip():
 )
 def test_bad_case_ids_say_what_is_wrong(bad, complaint):
     with pytest.raises(ValueError, match=complaint):
-        cases.parse_case_id(bad)
+        op_cases.parse_case_id(bad)
+
+
+def test_parse_case_gives_the_case_kind_its_id_names():
+    op = "op::abs::s000::f32::static::opset20::cpu::ours"
+    model = "model::torchvision/resnet18::f32::dynamic::opset20::cpu::ours::opt"
+    assert cases.parse_case(op) == op_cases.parse_case_id(op)
+    assert cases.parse_case(model).model == "torchvision/resnet18"
+    assert cases.parse_case(model).id == model
+    with pytest.raises(ValueError, match="not a model case id"):
+        cases.parse_case("model::resnet18")
+
+
+def test_op_facts_are_the_id_fields_and_the_sample_facts():
+    case = op_cases.OpCase(
+        "abs", 2, "f32", "static", 20, "cpu", "ours", sample_facts={"index": 2, "max_ndim": 0}
+    )
+    assert case.facts() == {
+        "id": case.id,
+        "op": "abs",
+        "dtype": "f32",
+        "shapes": "static",
+        "opset": 20,
+        "provider": "cpu",
+        "exporter": "ours",
+        "sample": 2,
+        "max_ndim": 0,
+    }
+    # The facts a run learns at collection are not part of the case's identity.
+    assert case == op_cases.OpCase("abs", 2, "f32", "static", 20, "cpu", "ours")
+
+
+@pytest.mark.parametrize(
+    ("fault", "shapes", "status", "stage"),
+    [
+        ("pass", "dynamic", "pass", None),
+        ("wrong", "static", "fail", "compare"),
+        ("specialise", "dynamic", "fail", "second-shape"),
+    ],
+)
+def test_the_one_loop_runs_a_case_to_its_row(tmp_path, fault, shapes, status, stage):
+    case = op_cases.OpCase(planted.PREFIX + fault, 0, "f32", shapes, 20, "cpu", "ours")
+    announced = []
+    outcome = run_case(case, tmp_path / "scratch", announce=announced.append)
+    assert (outcome.status, outcome.stage) == (status, stage)
+    assert (outcome.id, outcome.kind, outcome.family) == (case.id, "op", "planted")
+    assert announced == list(CASE_STAGES[: CASE_STAGES.index(stage or "second-shape") + 1])
+    assert (tmp_path / "scratch" / "model.onnx").is_file()
 
 
 def test_seed_is_shared_by_exporters_and_stable():
-    ours = cases.OpCase("abs", 1, "f32", "static", 20, "cpu", "ours")
+    ours = op_cases.OpCase("abs", 1, "f32", "static", 20, "cpu", "ours")
     theirs = ours.replace(exporter="torch-dynamo", shapes="dynamic", opset=18)
     assert ours.seed == theirs.seed
     assert ours.seed != ours.replace(sample=2).seed
@@ -200,19 +252,21 @@ class _Unbind(torch.nn.Module):
 
 
 def test_second_shape_keeps_the_output_count_of_the_first():
-    from conformance.runner import CaseOutcome, _second_shape
+    from conformance.op_cases import second_shape_inputs
 
     x = torch.rand(3, 4)
     expected = _Unbind()(x)
-    outcome = CaseOutcome(status="pass")
-    inputs2, expected2, grown, note = _second_shape(_Unbind(), (x,), expected, 0, outcome)
+    outcome = SimpleNamespace(extra={})
+    inputs2, expected2, grown, note = second_shape_inputs(_Unbind(), (x,), expected, 0, outcome)
     # Growing dim 0 would give unbind a fourth output; only dim 1 may grow.
     assert inputs2[0].shape == (3, 5) and len(expected2) == 3
     assert grown == {(0, 1)} and note is None
     assert outcome.extra["second_shape_grows_sizes"] == [4]
 
     square = torch.rand(3, 3)
-    none = _second_shape(_Unbind(), (square,), _Unbind()(square), 0, CaseOutcome(status="pass"))
+    none = second_shape_inputs(
+        _Unbind(), (square,), _Unbind()(square), 0, SimpleNamespace(extra={})
+    )
     assert none[0] is None
     assert "output count depends on a dynamic size" in none[3]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import expectations as ex
+from conformance.case import row_facts
 from conformance.expectations import tomllib
 from reports.rows import CaseResult
 
@@ -20,7 +21,7 @@ def _write(tmp_path, text: str):
 
 
 def _facts(case_id, **sample):
-    return ex.case_facts(case_id, sample)
+    return row_facts(case_id, sample)
 
 
 def test_shipped_expectation_files_are_valid():
@@ -50,6 +51,16 @@ def test_bad_entries_are_rejected_with_the_reason(tmp_path, entry, complaint):
     path = _write(tmp_path, f"[[expectation]]\n{entry}\n")
     with pytest.raises(ValueError, match=complaint):
         ex.load_expectations(path)
+
+
+def test_an_entry_written_with_a_former_stage_name_reads_as_the_current_one(tmp_path):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nid = "op::abs::*"\nstatus = "xfail"\nstage = "ort_load"\nreason = "r"\n',
+    )
+    (entry,) = ex.load_expectations(path)
+    assert entry.stage == "load"
+    assert ex.judge([entry], _facts(ABS), "fail", "load", "x").status == "xfail"
 
 
 def test_id_glob_and_declarative_matcher(tmp_path):

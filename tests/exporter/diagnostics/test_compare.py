@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.runner import OP_TOLERANCES_PATH
+from conformance.op_cases import OP_TOLERANCES_PATH
 from exporter.diagnostics.compare import (
     SCALE,
     align_vector_signs,

@@ -188,7 +188,7 @@ def test_mismatch_report_links_a_repro_directory(tmp_path):
             custom_translation_table={torch.ops.aten.sigmoid.default: planted_sigmoid},
         )
     path = program.report_path
-    assert NAME.fullmatch(path.name).group(1) == "accuracy"
+    assert NAME.fullmatch(path.name).group(1) == "compare"
     repro = path.with_name(path.stem + "_repro")
     assert program.verification.repro_dir == repro
     assert (repro / "repro.py").exists() and (repro / "model.onnx").exists()

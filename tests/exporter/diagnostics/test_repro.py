@@ -82,7 +82,7 @@ def test_repro_of_a_failed_verification_reproduces_it_in_a_clean_subprocess(tmp_
     assert "MISMATCH output 0: " in done.stdout and "max abs error" in done.stdout
     assert done.stdout.rstrip().endswith("result: MISMATCH")
     case = json.loads((folder / "case.json").read_text())
-    assert case["stage"] == "accuracy" and "sigmoid" in case["note"]
+    assert case["stage"] == "compare" and "sigmoid" in case["note"]
 
 
 def test_repro_of_a_matching_model_exits_zero(tmp_path):

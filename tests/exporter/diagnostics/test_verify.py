@@ -14,7 +14,7 @@ from exporter.diagnostics.compare import ERROR_BIN_LABELS
 from exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
-VERIFY_STAGES = ("checker", "ort_load", "ort_run", "accuracy", "second_shape_accuracy")
+VERIFY_STAGES = ("checker", "load", "run", "compare", "second-shape")
 
 
 class TwoLayers(torch.nn.Module):
@@ -81,8 +81,8 @@ def test_shape_specialising_translation_is_caught_at_the_second_size():
         custom_translation_table=table,
     )
     status = program.record.status
-    assert status["accuracy"] == "ok"  # right at the example size...
-    assert status["second_shape_accuracy"] == "failed"  # ...wrong at any other
+    assert status["compare"] == "ok"  # right at the example size...
+    assert status["second-shape"] == "failed"  # ...wrong at any other
     second = program.verification.runs[1]
     assert second.outputs[0].message == "shape [2, 12] != expected [3, 8]"
     assert len(complaints) == 1 and "second shape (x[3, 4])" in str(complaints[0].message)
@@ -125,8 +125,8 @@ def test_model_that_bakes_a_dynamic_dimension_is_caught():
     # Capture defers the guard, so the input stays dynamic; the baked 2.0 is wrong at batch 3,
     # and verification's second shape says so.
     assert not isinstance(program.model.graph.inputs[0].shape[0], int)
-    assert program.record.status["accuracy"] == "ok"
-    assert program.record.status["second_shape_accuracy"] == "failed"
+    assert program.record.status["compare"] == "ok"
+    assert program.record.status["second-shape"] == "failed"
     assert "second shape" in str(complaints[0].message)
     assert any("x dim 0 (size 2)" in note for note in program.record.notes)
 
@@ -147,9 +147,9 @@ def test_checker_really_runs_and_its_failure_is_recorded():
     status = program.record.status
     assert status["checker"] == "failed"
     assert "not_an_attribute" in program.verification.checker
-    assert status["ort_load"] == "failed"
+    assert status["load"] == "failed"
     assert complaints and "onnx.checker" in str(complaints[0].message)
-    assert {e["stage"] for e in program.record.errors} >= {"checker", "ort_load"}
+    assert {e["stage"] for e in program.record.errors} >= {"checker", "load"}
 
 
 def test_exported_program_input_is_compared_with_its_module_and_says_so():
@@ -159,10 +159,8 @@ def test_exported_program_input_is_compared_with_its_module_and_says_so():
     assert complaints == []
     assert program.verification.reference.startswith("exported_program.module()")
     assert program.verification.runs[0].input_shapes == [("x", (2, 4))]
-    assert program.record.status["second_shape_accuracy"] == "skipped"
-    assert program.verification.skipped["second_shape_accuracy"] == (
-        "the model has no dynamic dimensions"
-    )
+    assert program.record.status["second-shape"] == "skipped"
+    assert program.verification.skipped["second-shape"] == ("the model has no dynamic dimensions")
 
 
 class SharedBatch(torch.nn.Module):
@@ -193,7 +191,7 @@ class CountsCalls(torch.nn.Module):
 def test_verification_does_not_change_the_users_module():
     model = CountsCalls().eval()
     program, _ = _export_quietly(model, (torch.randn(2, 4),), verify=True)
-    assert program.record.status["ort_run"] == "ok"
+    assert program.record.status["run"] == "ok"
     assert model.calls.item() == 0
 
 

@@ -1,4 +1,8 @@
-"""OpInfo cases: which ops and samples exist, which ones a run takes, and building one of them.
+"""OpInfo samples as conformance cases: which ops and samples exist, which ones a run takes, and
+``OpCase``, one sample under one set of axes, which builds its module and inputs for the runner.
+
+An id reads ``op::<op>::s<NNN>::<dtype>::<shapes>::opset<N>::<provider>::<exporter>``, for example
+``op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours``.
 
 Collection must be fast, so sample facts (index, input signature, ranks) are kept in a manifest
 cached as JSON under ``<results>/.cache/``, keyed by the torch version: a warm collection never
@@ -18,12 +22,25 @@ import json
 import logging
 import os
 import random
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from conformance.cases import TORCH_DTYPE_NAMES, stable_hash
+from conformance import planted as planted_cases
+from conformance.case import (
+    DTYPES,
+    EXPORTERS,
+    PROVIDERS,
+    SHAPES,
+    TORCH_DTYPE_NAMES,
+    Prepared,
+    Skip,
+    format_id,
+    parse_id,
+    stable_hash,
+)
 from conformance.runs import READ_ONLY_ENV
 
 MANIFEST_FORMAT = 2
@@ -35,6 +52,107 @@ MANIFEST_FORMAT = 2
 DEFAULT_SAMPLES = 3
 #: In-place variants repeat their base op's samples, so a default run takes fewer of them.
 DEFAULT_INPLACE_SAMPLES = 1
+
+
+#: The op cases' comparison policy: per-dtype tolerances, per-op overrides, shape-only ops.
+OP_TOLERANCES_PATH = Path(__file__).with_name("tolerances.toml")
+
+_ID_PATTERN = re.compile(
+    r"^op::(?P<op>[^:]+)::s(?P<sample>\d+)::(?P<dtype>[^:]+)::(?P<shapes>[^:]+)"
+    r"::opset(?P<opset>\d+)::(?P<provider>[^:]+)::(?P<exporter>[^:]+)$"
+)
+
+
+#: The fields of an op case's id, as the case, its facts and its id name them.
+_AXES = ("op", "dtype", "shapes", "opset", "provider", "exporter", "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCase:
+    """One op case. ``op`` is the case's op name: the OpInfo name, ``.variant`` appended when
+    the OpInfo has a variant, and ``_`` appended to the name for its in-place variant.
+    ``sample_facts`` are the sample's facts from the manifest, when the case was collected."""
+
+    op: str
+    sample: int
+    dtype: str
+    shapes: str
+    opset: int
+    provider: str
+    exporter: str
+    sample_facts: dict[str, Any] | None = dataclasses.field(
+        default=None, compare=False, hash=False, repr=False
+    )
+    #: Another comparison policy file than ``OP_TOLERANCES_PATH`` (the harness's own tests).
+    tolerances_path: str | None = dataclasses.field(
+        default=None, compare=False, hash=False, repr=False
+    )
+
+    @property
+    def id(self) -> str:
+        return format_id(
+            "op",
+            self.op,
+            f"s{self.sample:03d}",
+            self.dtype,
+            self.shapes,
+            f"opset{self.opset}",
+            self.provider,
+            self.exporter,
+        )
+
+    @property
+    def sample_key(self) -> str:
+        """The part of the id that fixes the sample's values (not how it is exported or run)."""
+        return f"op::{self.op}::s{self.sample:03d}::{self.dtype}"
+
+    @property
+    def seed(self) -> int:
+        """Seed for the case's random draws: the same for every exporter, opset and provider,
+        so that exporters are compared on identical inputs."""
+        return stable_hash(self.sample_key) % (2**31)
+
+    def replace(self, **changes) -> OpCase:
+        return dataclasses.replace(self, **changes)
+
+    def facts(self) -> dict[str, Any]:
+        """What an expectation's ``match`` can look at: the id's fields and the sample's facts."""
+        found: dict[str, Any] = dict(self.sample_facts or {})
+        found.pop("index", None)
+        found.update(id=self.id, **{axis: getattr(self, axis) for axis in _AXES})
+        return found
+
+    def row_identity(self) -> dict[str, Any]:
+        from conformance.families import op_family
+
+        return {
+            "id": self.id,
+            "kind": "op",
+            "subject": self.op,
+            "family": "planted" if planted_cases.planted_name(self.op) else op_family(self.op),
+            "dtype": self.dtype,
+            "shapes": self.shapes,
+            "opset": self.opset,
+            "provider": self.provider,
+            "exporter": self.exporter,
+            "sample": self.sample,
+        }
+
+    def prepare(self, outcome) -> Prepared:
+        return _prepare(self, outcome)
+
+
+def parse_case_id(case_id: str) -> OpCase:
+    """Parse an op case id; raises ValueError naming the part that is wrong."""
+    fields = parse_id(
+        case_id,
+        _ID_PATTERN,
+        what="an op case id",
+        form="'op::<op>::s<NNN>::<dtype>::<static|dynamic>::opset<N>::<provider>::<exporter>', "
+        "for example 'op::abs::s000::f32::static::opset20::cpu::ours'",
+        choices={"dtype": DTYPES, "shapes": SHAPES, "provider": PROVIDERS, "exporter": EXPORTERS},
+    )
+    return OpCase(**{**fields, "sample": int(fields["sample"]), "opset": int(fields["opset"])})
 
 
 @dataclasses.dataclass
@@ -360,3 +478,182 @@ def _first_leaf_is_tensor(sample) -> bool:
     import torch
 
     return isinstance(sample.input, torch.Tensor)
+
+
+# --------------------------------------------------------------------------- preparing a case
+
+
+def _prepare(case: OpCase, outcome) -> Prepared:
+    import torch
+
+    from conformance import exporters
+    from conformance.flat_io import to_numpy
+    from exporter.diagnostics import second_shape
+    from exporter.diagnostics.compare import ELEMENT, compare_outputs, load_policy
+
+    policy = load_policy(case.tolerances_path or OP_TOLERANCES_PATH)
+    torch.manual_seed(case.seed)
+    module, inputs, facts, shape_only, planted = _build(case, policy)
+    outcome.extra["sample"] = facts
+    tolerance = policy.tolerance(case.op, case.dtype)
+    outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
+    sign_invariant = policy.sign_invariant(case.op)
+    outcome.extra["tolerance_source"] = tolerance.source
+    if shape_only:
+        outcome.extra["shape_only"] = True
+    dynamic = case.shapes == "dynamic"
+    if dynamic and not second_shape.has_dynamic_dims(inputs):
+        raise Skip("dynamic: no input dimension >= 2 to make dynamic (same as static)")
+
+    expected = _eager(module, inputs, case.seed, "the sample")
+    inputs2 = expected2 = grown = None
+    note = None
+    if dynamic:
+        inputs2, expected2, grown, note = second_shape_inputs(
+            module, inputs, expected, case.seed, outcome
+        )
+
+    input_names = exporters.input_names_for(inputs)
+
+    def export(path: Path):
+        from conformance.modules import clone_tensors
+
+        exported = _export(case, module, clone_tensors(inputs), dynamic, planted)
+        path.write_bytes(exported.model.SerializeToString())
+        return exported.model
+
+    def open_session(model):
+        from conformance.session import Session
+
+        return Session(model, case.provider)
+
+    def specialised(session, grown_only: bool) -> list[str]:
+        from conformance import shapes
+
+        among = grown if grown_only else None
+        return shapes.specialised_inputs(session.input_shapes, input_names, inputs, among)
+
+    def compare(expected, actual, session):
+        return compare_outputs(
+            expected,
+            actual,
+            rtol=tolerance.rtol,
+            atol=tolerance.atol,
+            shape_only=shape_only,
+            sign_invariant=sign_invariant,
+        )
+
+    fault = planted_cases.runtime_fault(planted)
+
+    def before_run(session, feeds) -> None:
+        if fault is not None:
+            fault()
+
+    feeds2 = expected2_np = None
+    if inputs2 is not None:
+        feeds2 = {name: to_numpy(t) for name, t in zip(input_names, inputs2)}
+        expected2_np = [to_numpy(t) for t in expected2]
+    return Prepared(
+        meta={
+            "id": case.id,
+            "provider": case.provider,
+            "rule": ELEMENT,
+            "rtol": tolerance.rtol,
+            "atol": tolerance.atol,
+            "ort_optimization": "disable_all",
+            "rerun": f"python -m conformance repro '{case.id}'",
+            "shape_only": shape_only,
+            "sign_invariant": sign_invariant,
+            "sample": facts,
+        },
+        feeds={name: to_numpy(t) for name, t in zip(input_names, inputs)},
+        expected=[to_numpy(t) for t in expected],
+        export=export,
+        open_session=open_session,
+        compare=compare,
+        dynamic=dynamic,
+        feeds2=feeds2,
+        expected2=expected2_np,
+        no_second_shape=(note or "no growth of the inputs works")
+        if dynamic and not feeds2
+        else None,
+        specialised=specialised,
+        before_run=before_run,
+    )
+
+
+def second_shape_inputs(module, inputs, expected, seed: int, outcome):
+    """The second input set: the first growth plan (``second_shape.growth_plans``) and delta for
+    which eager accepts the inputs and returns outputs of the same count and ranks (a graph has
+    a fixed number of outputs, so a shape that changes it can never match). Returns the inputs,
+    eager's outputs, the grown ``(input, dim)`` pairs, and otherwise why no plan worked."""
+    import torch
+
+    from exporter.diagnostics import second_shape
+
+    note = None
+    ranks = _ranks(expected)
+    for sizes in second_shape.growth_plans(inputs):
+        for delta in second_shape.SECOND_SHAPE_DELTAS:
+            generator = torch.Generator().manual_seed(seed)
+            candidate = second_shape.grown_inputs(inputs, delta, generator, sizes)
+            try:
+                expected2 = _eager(module, candidate, seed, "the second shape")
+            except Skip as rejected:
+                note = note or str(rejected)
+                continue
+            if _ranks(expected2) != ranks:
+                note = note or (
+                    f"eager returns {len(expected2)} outputs at the second shape, "
+                    f"{len(expected)} at the first: the output count depends on a dynamic size"
+                )
+                continue
+            outcome.extra["second_shape_delta"] = delta
+            if sizes is not None:
+                outcome.extra["second_shape_grows_sizes"] = sorted(sizes)
+            return candidate, expected2, second_shape.grown_dims(inputs, sizes), None
+    return None, None, None, note
+
+
+def _ranks(outputs) -> list:
+    return [t.dim() if hasattr(t, "dim") else type(t).__name__ for t in outputs]
+
+
+def _build(case: OpCase, policy):
+    """(module, inputs, sample facts, shape_only, planted name) for a case."""
+    planted = planted_cases.planted_name(case.op)
+    if planted is not None:
+        module, inputs = planted_cases.build_planted(planted)
+        facts = {"index": 0, "signature": "float32[3,4]", "max_ndim": 2, "planted": planted}
+        return module, inputs, facts, False, planted
+    try:
+        call = build_op_call(case.op, case.sample, case.dtype)
+    except LookupError as exc:
+        raise Skip(str(exc)) from exc
+    shape_only = call.nondeterministic or policy.is_shape_only(case.op)
+    return call.module, call.inputs, call.facts, shape_only, None
+
+
+def _eager(module, inputs: tuple, seed: int, what: str) -> tuple:
+    import torch
+
+    from conformance.modules import clone_tensors
+
+    torch.manual_seed(seed)
+    try:
+        with torch.no_grad():
+            return module(*clone_tensors(inputs))
+    except Exception as exc:
+        raise Skip(
+            f"eager rejects {what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            if str(exc)
+            else f"eager rejects {what}: {type(exc).__name__}"
+        ) from exc
+
+
+def _export(case: OpCase, module, inputs: tuple, dynamic: bool, planted: str | None):
+    from conformance import exporters
+
+    if planted is not None:
+        return planted_cases.fake_export(planted, inputs, dynamic=dynamic, opset=case.opset)
+    return exporters.export_case(case.exporter, module, inputs, dynamic=dynamic, opset=case.opset)
