@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from exporter import _dtypes
+from exporter import _dtypes, _fusions
 
 
 def finalize(model: ir.Model) -> None:
@@ -35,7 +35,8 @@ def forget_static_dims(model: ir.Model) -> None:
 
 
 def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
-    """onnxscript's optimizer: constant folding, rewrite rules, CSE, constant lifting.
+    """onnxscript's optimizer (constant folding, rewrite rules, CSE, constant lifting), then
+    the rewrites into the fused ops of the model's opset (exporter/_fusions.py).
 
     Model-local functions are kept (not inlined) when ``keep_functions`` is true; by default
     they are kept whenever the model has any, since someone asked for them.
@@ -45,6 +46,8 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     if keep_functions is None:
         keep_functions = bool(model.functions)
     onnxscript.optimizer.optimize_ir(model, inline=not keep_functions)
+    # After folding, so that constant cos/sin tables and shapes are visible to the rules.
+    _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
     widen_float8_fills(model)
 
