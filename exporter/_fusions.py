@@ -10,6 +10,10 @@ the optimize step rewrites the decomposed forms with onnxscript's pattern rewrit
 Every rule checks what the fused op assumes before it fires (the reduced axis is the last one,
 the scale covers only that axis, the cosine table repeats its halves, the repeated heads are
 each key head copied consecutively); a graph it cannot prove that for is left as it is.
+
+Before them, at every opset, two simplifications that constant folding leaves to us: a Where on
+a constant condition of one value (the guard for fully masked attention rows, when the mask is a
+constant) and an Attention mask that is a constant masking nothing.
 onnxruntime 1.31's CPU provider has kernels for all three ops (RotaryEmbedding without batch
 broadcasting of its caches, which is why the rewrite expands them to the batch).
 """
@@ -344,7 +348,64 @@ class _GroupedQueryAttention(pattern.RewriteRuleClassBase):
         return op.Attention(q, k, v, *node.inputs[3:], **node.attributes)
 
 
+# --- masks decided at export time --------------------------------------------------------------
+
+
+def _constant_array(value: ir.Value | None) -> np.ndarray | None:
+    tensor = None if value is None else ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()
+
+
+class _DecidedWhere(pattern.RewriteRuleClassBase):
+    """Where on a constant condition that is all true or all false is one of its branches
+    (the guard for fully masked attention rows, when the mask is a constant)."""
+
+    def __init__(self):
+        super().__init__("Where-decided")
+
+    def pattern(self, op, condition, a, b):
+        return op.Where(condition, a, b, _outputs=["out"])
+
+    def check(self, context, condition, a, b, out, **_):
+        flags = _constant_array(condition)
+        if flags is None or flags.size == 0 or (flags.any() and not flags.all()):
+            return _fail("the condition is not a constant of one value", condition)
+        chosen = a if flags.all() else b
+        if _dims(chosen) is None or _dims(chosen) != _dims(out) or chosen.dtype != out.dtype:
+            return _fail("the chosen branch does not have the result's shape", chosen)
+        return pattern.MatchResult()
+
+    def rewrite(self, op, condition, a, b, **_):
+        return op.Identity(a if _constant_array(condition).all() else b)
+
+
+class _OpenMaskAttention(pattern.RewriteRuleClassBase):
+    """Attention with a constant mask that masks nothing (all true, or all zeros when
+    additive) is Attention without a mask."""
+
+    def __init__(self):
+        super().__init__("Attention-open-mask")
+
+    def pattern(self, op, q, k, v, mask):
+        return op.Attention(q, k, v, mask, _outputs=["out"])
+
+    def check(self, context, mask, out, **_):
+        values = _constant_array(mask)
+        if len(out.producer().outputs) != 1 or values is None:
+            return _fail("not a single-output attention with a constant mask", mask)
+        open_value = True if values.dtype == np.bool_ else 0
+        if not np.all(values == open_value):
+            return _fail("the mask masks something", mask)
+        return pattern.MatchResult()
+
+    def rewrite(self, op, q, k, v, out, **_):
+        return op.Attention(q, k, v, **out.producer().attributes)
+
+
 # --- entry point ------------------------------------------------------------------------------
+
+#: Rules for every opset, before the fusions.
+_SIMPLIFICATIONS = [_DecidedWhere.rule(), _OpenMaskAttention.rule()]
 
 #: Per fused op, the rule sets that make it, applied one after the other.
 _RULES: list[tuple[str, Callable[[], list[list]]]] = [
@@ -366,6 +427,7 @@ def fuse(model: ir.Model) -> dict[str, int]:
     counts: dict[str, int] = {}
     if opset is None:
         return counts
+    counts["simplified"] = pattern.RewriteRuleSet(_SIMPLIFICATIONS).apply_to_model(model)
     for op_type, rule_sets in _RULES:
         if _opsets.has(op_type, opset):
             *prepare, make = (pattern.RewriteRuleSet(rules, commute=True) for rules in rule_sets())

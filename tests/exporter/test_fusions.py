@@ -150,6 +150,39 @@ def test_repeated_kv_heads_feed_attention_directly(causal):
     assert attention.inputs[1].shape[1] == 2  # the two key heads, not four copies
 
 
+class ConstantMaskAttention(nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.register_buffer("mask", mask)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+def test_a_constant_mask_that_masks_nothing_is_dropped(opset):
+    q, k, v = r(2, 4, 5, 8), r(2, 4, 5, 8, seed=1), r(2, 4, 5, 8, seed=2)
+    program = check_op(
+        ConstantMaskAttention(torch.ones(5, 5, dtype=torch.bool)),
+        (q, k, v),
+        opset=opset,
+        optimize=True,
+    )
+    # Neither the mask nor the guard for fully masked rows is left.
+    assert "Where" not in op_types(program)
+    if opset == 23:
+        attention = next(n for n in program.model.graph if n.op_type == "Attention")
+        assert len(attention.inputs) == 3
+
+
+def test_a_constant_mask_with_a_closed_row_keeps_the_guard():
+    mask = torch.ones(5, 5, dtype=torch.bool)
+    mask[2] = False  # torch gives zeros for that row
+    q, k, v = r(2, 4, 5, 8), r(2, 4, 5, 8, seed=1), r(2, 4, 5, 8, seed=2)
+    program = check_op(ConstantMaskAttention(mask), (q, k, v), opset=23, optimize=True)
+    assert "Where" in op_types(program)
+
+
 def _export_case(name, opset):
     case = model_zoo.get(name)
     module, args, kwargs = case.build()
