@@ -28,9 +28,9 @@ import onnx_ir.passes.common as common
 import onnxscript.optimizer
 from onnxscript.rewriter import pattern
 
-from exporter.ops import _opsets
+from exporter import _dtypes
+from exporter.ops import _kernels, _opsets
 
-_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -60,6 +60,12 @@ def _dims(value: ir.Value) -> tuple | None:
 
 def _is_last_axis(axes: list[int] | None, rank: int) -> bool:
     return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
+
+
+def _runs(op_type: str, *values: ir.Value) -> bool:
+    """Whether onnxruntime has a kernel for ``op_type`` on the dtypes of ``values`` (bfloat16,
+    for one, it runs none of the fused ops in)."""
+    return all(_kernels.has_kernel(op_type, _dtypes.to_torch(v.dtype)) for v in values)
 
 
 def _fail(message: str, *values) -> pattern.MatchResult:
@@ -92,8 +98,8 @@ class _RMSNorm(pattern.RewriteRuleClassBase):
 
     def check(self, context, x, axes, eps, scale, mean, two=None, widened=None, **_):
         dims = _dims(x)
-        if dims is None or x.dtype not in _FLOATS:
-            return _fail("input of unknown rank or not float32/float16/bfloat16", x)
+        if dims is None or not _runs("RMSNormalization", x, scale):
+            return _fail("input of unknown rank, or a dtype onnxruntime has no kernel for", x)
         if widened is not None and widened.dtype != ir.DataType.FLOAT:
             return _fail("the input is cast to something other than float32", widened)
         if self._square == "pow" and _scalar_float(two) != 2.0:
@@ -110,13 +116,15 @@ class _RMSNorm(pattern.RewriteRuleClassBase):
             return _fail("the scale does not cover exactly the last axis", scale)
         return pattern.MatchResult()
 
-    def rewrite(self, op, x, eps, scale, **_):
+    def rewrite(self, op, x, eps, scale, widened=None, **_):
+        # Statistics in the precision the written-out form computes them in, float32 at least.
+        work = (widened if widened is not None else x).dtype
         return op.RMSNormalization(
             x,
             scale,
             axis=-1,
             epsilon=_scalar_float(eps),
-            stash_type=ir.DataType.FLOAT,
+            stash_type=work if work == ir.DataType.DOUBLE else ir.DataType.FLOAT,
         )
 
 
@@ -193,8 +201,8 @@ class _RotateHalf(pattern.RewriteRuleClassBase):
 
     def check(self, context, x, cos, sin, rotated, **bound):
         dims = _dims(x)
-        if dims is None or len(dims) != 4 or x.dtype not in _FLOATS:
-            return _fail("input is not a 4-D float tensor", x)
+        if dims is None or len(dims) != 4 or not _runs("RotaryEmbedding", x):
+            return _fail("input is not 4-D or of a dtype onnxruntime has no kernel for", x)
         size = dims[3]
         if not isinstance(size, int) or size % 2:
             return _fail("head size is not a known even number", x)

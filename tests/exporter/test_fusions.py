@@ -98,6 +98,44 @@ def test_rms_norm_written_out_becomes_rmsnormalization(square, dtype):
     assert "ReduceMean" not in op_types(program)
 
 
+class PlainRMSNorm(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, size, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_rms_norm_in_double_keeps_double_statistics():
+    x = r(2, 5, 16, dtype=torch.float64)
+    program = check_op(PlainRMSNorm(16), (x,), opset=23, optimize=True, rtol=1e-12, atol=1e-12)
+    [node] = [n for n in program.model.graph if n.op_type == "RMSNormalization"]
+    assert node.attributes["stash_type"].as_int() == 11  # DOUBLE
+
+
+class BFloat16Inside(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner.to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.inner(x.to(torch.bfloat16)).to(torch.float32)
+
+
+def test_rms_norm_in_bfloat16_is_left_alone():
+    # onnxruntime has no bfloat16 RMSNormalization kernel.
+    program = check_op(
+        BFloat16Inside(HFStyleRMSNorm(16)),
+        (r(2, 5, 16),),
+        opset=23,
+        optimize=True,
+        rtol=2e-2,
+        atol=2e-2,
+    )
+    assert fused(program, "RMSNormalization") == 0
+
+
 def test_rms_norm_over_another_axis_is_left_alone():
     program = check_op(HFStyleRMSNorm(5, dim=1), (r(2, 5, 5),), opset=23, optimize=True)
     assert fused(program, "RMSNormalization") == 0
