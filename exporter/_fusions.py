@@ -1,10 +1,10 @@
-"""Graph rewrites into the fused standard ops of opset 23: RMSNormalization, RotaryEmbedding and
-grouped-query Attention.
+"""Graph rewrites into fused standard ops: RMSNormalization, RotaryEmbedding and grouped-query
+Attention (opset 23), and Gelu's tanh approximation (opset 20).
 
 Models reach the exporter decomposed: transformers' RMSNorm is written as
-pow/mean/add/rsqrt/mul, its rotary embedding as ``x * cos + rotate_half(x) * sin`` and its
+pow/mean/add/rsqrt/mul, its rotary embedding as ``x * cos + rotate_half(x) * sin``, its
 grouped-query attention repeats key and value heads (unsqueeze/expand/reshape) before the
-attention. onnxruntime runs each of those as one kernel when the graph names the fused op, so
+attention, and GPT-2's gelu is the tanh formula. onnxruntime runs each of those as one kernel when the graph names the fused op, so
 the optimize step rewrites the decomposed forms with onnxscript's pattern rewriter.
 
 Every rule checks what the fused op assumes before it fires (the reduced axis is the last one,
@@ -356,6 +356,36 @@ class _GroupedQueryAttention(pattern.RewriteRuleClassBase):
         return op.Attention(q, k, v, *node.inputs[3:], **node.attributes)
 
 
+# --- Gelu, tanh approximation ----------------------------------------------------------------
+
+
+class _TanhGelu(pattern.RewriteRuleClassBase):
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))): GPT-2's gelu_new, written out."""
+
+    _CONSTANTS = {"half": 0.5, "cubic": 0.044715, "sqrt_2_pi": (2.0 / np.pi) ** 0.5, "one": 1.0}
+
+    def __init__(self):
+        super().__init__("Gelu-tanh")
+
+    def pattern(self, op, x, half, three, cubic, sqrt_2_pi, one):
+        inner = op.Mul(op.Add(x, op.Mul(op.Pow(x, three), cubic)), sqrt_2_pi)
+        return op.Mul(op.Mul(x, half), op.Add(op.Tanh(inner), one))
+
+    def check(self, context, x, three, **constants):
+        if not _runs("Gelu", x) or _dims(x) is None:
+            return _fail("a dtype onnxruntime has no Gelu kernel for", x)
+        if _scalar_float(three) != 3.0:
+            return _fail("the power is not a cube", three)
+        for name, want in self._CONSTANTS.items():
+            value = _scalar_float(constants[name])
+            if value is None or not np.isclose(value, want, rtol=1e-6, atol=0):
+                return _fail(f"{name} is not {want}", constants[name])
+        return pattern.MatchResult()
+
+    def rewrite(self, op, x, **_):
+        return op.Gelu(x, approximate="tanh")
+
+
 # --- masks decided at export time --------------------------------------------------------------
 
 
@@ -417,6 +447,7 @@ _SIMPLIFICATIONS = [_DecidedWhere.rule(), _OpenMaskAttention.rule()]
 
 #: Per fused op, the rule sets that make it, applied one after the other.
 _RULES: list[tuple[str, Callable[[], list[list]]]] = [
+    ("Gelu", lambda: [[_TanhGelu.rule()]]),
     ("RMSNormalization", lambda: [[_RMSNorm.rule("mul"), _RMSNorm.rule("pow")]]),
     ("RotaryEmbedding", lambda: [[_RotateHalf.rule()]]),
     # The sizes move off the repeated key/value first: a repeat still read is not removable.

@@ -4,6 +4,8 @@ left alone, and below opset 23 nothing is fused."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -186,6 +188,29 @@ def test_repeated_kv_heads_feed_attention_directly(causal):
     assert "Expand" not in op_types(program)
     attention = next(n for n in program.model.graph if n.op_type == "Attention")
     assert attention.inputs[1].shape[1] == 2  # the two key heads, not four copies
+
+
+class NewGELU(nn.Module):
+    """GPT-2's gelu_new, as transformers writes it."""
+
+    def __init__(self, cubic=0.044715):
+        super().__init__()
+        self.cubic = cubic
+
+    def forward(self, x):
+        inner = math.sqrt(2.0 / math.pi) * (x + self.cubic * torch.pow(x, 3.0))
+        return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_tanh_gelu_written_out_becomes_gelu_from_opset_20(opset):
+    program = check_op(NewGELU(), (r(2, 5, 16),), opset=opset, optimize=True)
+    assert fused(program, "Gelu") == (1 if opset >= 20 else 0)
+
+
+def test_a_different_cubic_coefficient_is_not_gelu():
+    program = check_op(NewGELU(cubic=0.05), (r(2, 5, 16),), opset=23, optimize=True)
+    assert fused(program, "Gelu") == 0
 
 
 class ConstantMaskAttention(nn.Module):
