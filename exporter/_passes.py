@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from exporter import _dtypes
+from exporter import _dtypes, _fusions
 
 
 def finalize(model: ir.Model) -> None:
@@ -35,7 +35,8 @@ def forget_static_dims(model: ir.Model) -> None:
 
 
 def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
-    """onnxscript's optimizer: constant folding, rewrite rules, CSE, constant lifting.
+    """onnxscript's optimizer (constant folding, rewrite rules, CSE, constant lifting), then
+    the rewrites into the fused ops of the model's opset (exporter/_fusions.py).
 
     Model-local functions are kept (not inlined) when ``keep_functions`` is true; by default
     they are kept whenever the model has any, since someone asked for them.
@@ -44,9 +45,31 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
 
     if keep_functions is None:
         keep_functions = bool(model.functions)
-    onnxscript.optimizer.optimize_ir(model, inline=not keep_functions)
+    onnxscript.optimizer.optimize_ir(
+        model, inline=not keep_functions, should_fold=_fold_small_fills
+    )
+    # After folding, so that constant cos/sin tables and shapes are visible to the rules.
+    _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
     widen_float8_fills(model)
+
+
+#: A fill of at most this many elements is folded into a constant.
+_SMALL_FILL = 64
+
+
+def _fold_small_fills(node: ir.Node) -> bool | None:
+    """Fold a small ConstantOfShape of a constant shape (the optimizer keeps every fill, to
+    keep models small): as a constant it folds on into what consumes it, such as the
+    ``ones(()) & mask`` that transformers starts its attention masks with. None: the
+    optimizer's default for every other node."""
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = ir.convenience.get_const_tensor(node.inputs[0]) if node.inputs else None
+    fill = node.attributes.get("value")
+    if shape is None or (fill is not None and fill.as_tensor().dtype in _dtypes.FLOAT8_TYPES):
+        return None
+    return int(np.prod(shape.numpy())) <= _SMALL_FILL or None
 
 
 def widen_float8_fills(model: ir.Model) -> None:

@@ -70,6 +70,10 @@ SUPPORTED: dict[str, frozenset[torch.dtype]] = {
     ),
     **dict.fromkeys("ReduceMax ReduceMin ArgMax ArgMin TopK".split(), _FLOATS | {i8, i32, i64, u8}),
     **dict.fromkeys("And Or Xor Not".split(), frozenset({b8})),
+    # The fused ops of opset 23 (exporter/_fusions.py rewrites into them only where listed).
+    "RMSNormalization": _FLOATS,
+    "RotaryEmbedding": _F32_F16,
+    "Attention": _FLOATS,
     # Data movement. A "-mode" suffix names the kernel of one reduction mode of the op.
     "Trilu": _lacking(i8, i16, u8, bf16),
     "Pad": _lacking(i16, bf16),
@@ -128,6 +132,12 @@ def call(
     ]
     out = builder(*cast, **attributes)
     return out if op_type in _BOOL_RESULT else ctx.cast(out, dtype)
+
+
+def has_kernel(op_type: str, dtype: torch.dtype | None) -> bool:
+    """Whether onnxruntime's CPU provider runs ``op_type`` on ``dtype`` values as they are."""
+    supported = SUPPORTED.get(op_type)
+    return supported is None or dtype in supported
 
 
 def opmath_dtype(dtype: torch.dtype) -> torch.dtype:

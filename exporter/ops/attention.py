@@ -1,6 +1,7 @@
 """scaled_dot_product_attention and the fused-kernel overloads decompositions produce.
 
-From opset 23 a 4-D attention without dropout becomes one ONNX Attention node. Below that (and
+From opset 23 a 4-D attention without dropout becomes one ONNX Attention node (which, like
+torch, gives zeros for rows the mask closes completely). Below that (and
 for the cases Attention cannot express) it is the MatMul-Softmax-MatMul pattern: the query is
 scaled before the first product (as torch's math kernel does), masks are added or selected
 before the softmax, and rows that every position is masked out of give zeros, as torch's safe
@@ -142,7 +143,9 @@ def _can_use_attention_op(ctx, query, key, value, attn_mask, dropout_p, scale):
 
 
 def _attention_op(ctx, query, key, value, attn_mask, is_causal, scale):
-    out = ctx.op.Attention(
+    # Rows the mask closes completely come out as zeros, as in torch: the Attention spec says
+    # so (an erratum to opset 23 in the onnx 1.23 spec), and onnxruntime 1.31's kernel does it.
+    return ctx.op.Attention(
         query,
         key,
         value,
@@ -150,12 +153,6 @@ def _attention_op(ctx, query, key, value, attn_mask, is_causal, scale):
         is_causal=int(bool(is_causal)),
         scale=None if scale is None else float(scale),
     )
-    if attn_mask is not None:
-        # torch gives zeros for rows the mask closes completely; Attention's softmax does not.
-        out = ctx.op.Where(
-            _fully_masked(ctx, attn_mask, ctx.dtype(query)), ctx.scalar(0.0, ctx.dtype(query)), out
-        )
-    return out
 
 
 def _sdpa(

@@ -1,4 +1,5 @@
-"""Control flow: torch.cond -> If, while_loop -> Loop, scan -> Scan."""
+"""Control flow: torch.cond -> If, while_loop -> Loop, scan -> Scan; the region torch.export
+wraps a no_grad block in is translated in place."""
 
 from __future__ import annotations
 
@@ -79,6 +80,14 @@ def scan(ctx, combine_graph, init, xs, additional_inputs):
     graph = body.finish(outputs)
     n_out = len(outputs)
     return _as_tuple(ctx.op.Scan(*init, *xs, body=graph, num_scan_inputs=len(xs), _outputs=n_out))
+
+
+@translates(higher_order.wrap_with_set_grad_enabled)
+def wrap_with_set_grad_enabled(ctx, enable_grad, body, *args):
+    # Grad mode changes no forward value. Translating the region keeps the program off
+    # run_decompositions, which would re-trace the whole model only to inline it (12 s of a
+    # small llama's export: its rotary embedding runs under no_grad).
+    return _as_tuple(ctx.inline(body, list(args)))
 
 
 __all__ = ["cond", "while_loop", "scan", "ir"]

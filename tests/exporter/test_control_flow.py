@@ -92,3 +92,30 @@ def test_untranslated_op_in_a_branch_still_decomposes():
         second_args=(-torch.rand(9) - 0.1, torch.rand(9)),
     )
     assert "binary_cross_entropy" in program.record.decomposition_reason
+
+
+class NoGradRegion(torch.nn.Module):
+    """transformers computes its rotary tables under no_grad: torch.export keeps the block as a
+    wrap_with_set_grad_enabled region."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        with torch.no_grad():
+            table = torch.cos(x * 2.0)
+        return x * self.scale + table
+
+
+def test_no_grad_region_is_translated_in_place_without_decomposing():
+    with torch.enable_grad():
+        program = check_op(
+            NoGradRegion(),
+            (torch.rand(3, 4),),
+            dynamic_shapes=({0: "n"},),
+            second_args=(torch.rand(5, 4),),
+        )
+    targets = {str(n.target) for n in program.record.captured_program.graph.nodes}
+    assert any("wrap_with_set_grad_enabled" in t for t in targets)
+    assert program.record.decomposition_reason is None
