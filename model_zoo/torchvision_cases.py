@@ -241,7 +241,8 @@ _DETECTION_NOTES = (
     "Outputs are boxes/scores/labels after NMS and top-k, so tiny numeric differences can "
     "reorder detections: they are compared up to score ties (exporter.detection_match). "
     "Exported with default arguments: the exporter applies its torchvision-detection capture "
-    "patches itself."
+    "patches itself. Residual branches are damped (last BatchNorm gain x0.2) so eager float32 "
+    "reproduces its own float64 detections; undamped, rounding alone changed them."
 )
 
 
