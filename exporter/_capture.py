@@ -124,6 +124,7 @@ def refine_from_suggested_fixes(exc: BaseException, dynamic_shapes: Any) -> tupl
 _DATA_DEPENDENT = re.compile(r"data-dependent expression (.*?) \(unhinted")
 _RANGE_CONFLICT = "conflicts between user-specified ranges and inferred ranges"
 _MAX_EXPRESSION_CHARS = 160
+_MAX_ATTEMPT_CHARS = 240
 
 
 def _user_frame(exc: BaseException) -> str | None:
@@ -142,10 +143,70 @@ def _user_frame(exc: BaseException) -> str | None:
     return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
 
 
-def _short_expression(expr: str) -> str:
+def _failed_condition(exc: BaseException) -> Any:
+    """The sympy condition of the data-dependent guard behind ``exc`` (None when there is
+    none): torch raises GuardOnDataDependentSymNode, which export may wrap."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, GuardOnDataDependentSymNode):
+            return exc.cond
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+_RELATIONS = {
+    "Eq": "==",
+    "Ne": "!=",
+    "StrictLessThan": "<",
+    "LessThan": "<=",
+    "StrictGreaterThan": ">",
+    "GreaterThan": ">=",
+}
+
+
+def _abbreviated(expr: Any, budget: int) -> str:
+    """``expr`` printed in at most about ``budget`` characters: the outer structure is kept and
+    long argument lists show their first terms and how many more there are."""
+    text = str(expr)
+    args = getattr(expr, "args", ())
+    if len(text) <= budget or not args:
+        return text if len(text) <= budget else f"{text[: max(budget - 1, 8)]}\u2026"
+    name = type(expr).__name__
+    if name in _RELATIONS and len(args) == 2:
+        half = max(budget // 2 - 3, 12)
+        return f"{_abbreviated(args[0], half)} {_RELATIONS[name]} {_abbreviated(args[1], half)}"
+    shown = args[:2] if len(args) > 3 else args
+    part = max((budget - len(name) - 24) // len(shown), 12)
+    inner = [_abbreviated(a, part) for a in shown]
+    if len(shown) < len(args):
+        inner.append(f"\u2026 {len(args) - len(shown)} more terms")
+    if name == "Add":
+        return " + ".join(inner)
+    return f"{name}({', '.join(inner)})"
+
+
+def _short_expression(expr: str, condition: Any = None) -> str:
+    """The failed guard's expression, short: abbreviated when long, with the symbols it
+    reads named (``u``: values read from tensor data, ``s``: input sizes)."""
     if len(expr) <= _MAX_EXPRESSION_CHARS:
         return expr
-    return f"{expr[: _MAX_EXPRESSION_CHARS - 1]}\u2026 ({len(expr)} characters)"
+    if condition is None:
+        return f"{expr[: _MAX_EXPRESSION_CHARS - 1]}\u2026 ({len(expr)} characters)"
+    symbols = sorted(str(s) for s in condition.free_symbols)
+    data = [s for s in symbols if s.startswith("u")]
+    sizes = [s for s in symbols if s.startswith("s")]
+    read = []
+    if data:
+        read.append(f"{', '.join(data)} read from tensor data")
+    if sizes:
+        read.append(f"input sizes {', '.join(sizes)}")
+    return (
+        f"{_abbreviated(condition, _MAX_EXPRESSION_CHARS)} ({len(expr)} characters in full; "
+        f"{'; '.join(read) or 'no symbols'})"
+    )
 
 
 def _relaxed(shapes: Any) -> Any:
@@ -209,7 +270,8 @@ def diagnose(
     data_dependent = _DATA_DEPENDENT.search(text)
     if data_dependent:
         lines.append(
-            f"The guard that failed reads tensor data: {_short_expression(data_dependent[1])}"
+            "The guard that failed reads tensor data: "
+            + _short_expression(data_dependent[1], _failed_condition(exc))
         )
         if where:
             lines.append(f"  at {where}")
@@ -314,7 +376,10 @@ def capture(
     lines = [f"Capture failed: every strategy was tried ({len(attempts)})."]
     for a in attempts:
         first = str(a.error).strip().splitlines()
-        lines.append(f"  - {a.strategy}: {type(a.error).__name__}: {first[0] if first else ''}")
+        summary = first[0] if first else ""
+        if len(summary) > _MAX_ATTEMPT_CHARS:  # a guard's expression can run to pages
+            summary = f"{summary[:_MAX_ATTEMPT_CHARS]}\u2026 ({len(summary)} characters)"
+        lines.append(f"  - {a.strategy}: {type(a.error).__name__}: {summary}")
     if attempts:
         lines += diagnose(attempts[0].error, model, args, kwargs, shapes, patches)
     lines.append(

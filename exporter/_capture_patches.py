@@ -14,7 +14,10 @@ that compute the same values with traceable ops (each replacement's docstring sa
   box rescaling without ``torch.tensor(symbolic size)``;
 - ``SSD.postprocess_detections``: one score filter instead of one per class;
 - ``models.detection.transform.paste_masks_in_image`` (Mask R-CNN): all masks pasted at once
-  with ``grid_sample`` instead of a loop slicing by box coordinates.
+  with ``grid_sample`` instead of a loop slicing by box coordinates;
+- ``roi_heads.heatmaps_to_keypoints`` (Keypoint R-CNN): every RoI's heatmaps resampled at once
+  by bicubic weight matrices instead of a loop resizing each to a size read from box data;
+  ``transform.resize_keypoints`` without ``torch.tensor(symbolic size)``.
 
 The number of detections stays dynamic in the exported model. Usage::
 
@@ -262,17 +265,20 @@ def _batch_images(self, images, size_divisible=32):
     return torch.stack(padded)
 
 
+def _ratio(new, old, device):
+    """new / old in float32 from (possibly symbolic) sizes, as torchvision's
+    ``torch.tensor(new) / torch.tensor(old)``."""
+    new = torch.scalar_tensor(new, dtype=torch.float32, device=device)
+    old = torch.scalar_tensor(old, dtype=torch.float32, device=device)
+    return new / old
+
+
 def _resize_boxes(boxes, original_size, new_size):
     """torchvision's resize_boxes without ``torch.tensor(size)``, which bakes symbolic sizes in
     as constants; float32 ratios as in torchvision."""
 
-    def ratio(new, old):
-        new = torch.scalar_tensor(new, dtype=torch.float32, device=boxes.device)
-        old = torch.scalar_tensor(old, dtype=torch.float32, device=boxes.device)
-        return new / old
-
-    ratio_height = ratio(new_size[0], original_size[0])
-    ratio_width = ratio(new_size[1], original_size[1])
+    ratio_height = _ratio(new_size[0], original_size[0], boxes.device)
+    ratio_width = _ratio(new_size[1], original_size[1], boxes.device)
     xmin, ymin, xmax, ymax = boxes.unbind(1)
     return torch.stack(
         (xmin * ratio_width, ymin * ratio_height, xmax * ratio_width, ymax * ratio_height), dim=1
@@ -314,6 +320,81 @@ def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
     inside_y = (ys >= y0) & (ys < y0 + h)
     inside = inside_y[:, :, None] & inside_x[:, None, :]
     return torch.where(inside[:, None], pasted, torch.zeros((), dtype=pasted.dtype))
+
+
+def _bicubic_weights(out_sizes, out_max, in_size):
+    """(K, out_max, in_size) matrices that resample an axis of ``in_size`` samples to each
+    RoI's ``out_sizes[k]`` samples as ``F.interpolate(mode="bicubic", align_corners=False)``
+    does (rows past a RoI's size are zero). Same float32 arithmetic as torch's CPU kernel:
+    scale ``in / out``, source ``scale * (i + 0.5) - 0.5`` unclamped, Keys' cubic with
+    A = -0.75, the four taps clamped to the edges."""
+    a = -0.75
+    dtype = torch.float32
+    positions = torch.arange(out_max, device=out_sizes.device).to(dtype)[None, :]
+    scale = in_size / out_sizes.to(dtype)[:, None]
+    source = scale * (positions + 0.5) - 0.5
+    floor = torch.floor(source)
+    t = source - floor
+    taps = (
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+    )
+    first = floor.to(torch.int64) - 1
+    samples = torch.arange(in_size, device=out_sizes.device)
+    weights = sum(
+        torch.where((first + j).clamp(0, in_size - 1)[..., None] == samples, tap[..., None], 0.0)
+        for j, tap in enumerate(taps)
+    )
+    inside = positions < out_sizes[:, None]
+    return torch.where(inside[..., None], weights, 0.0)
+
+
+def _heatmaps_to_keypoints(maps, rois):
+    """roi_heads.heatmaps_to_keypoints without a Python loop over the (data-dependent) RoIs
+    and without resizing to sizes read from box data as ints.
+
+    Eager resizes each RoI's heatmaps (bicubic) to the RoI's ceiled size and takes the first
+    maximum. Here every RoI's heatmaps are resampled at once by separable weight matrices onto
+    a grid as large as the largest RoI, with the cells past a RoI's own size at -inf, so the
+    row-major first maximum is the one eager finds."""
+    offset_x, offset_y = rois[:, 0], rois[:, 1]
+    widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
+    heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
+    widths_ceil, heights_ceil = widths.ceil(), heights.ceil()
+    count, num_keypoints, map_h, map_w = maps.shape
+    sizes = torch.stack((heights_ceil, widths_ceil), dim=1).to(torch.int64)
+    # A zero row folded into the maximum keeps an empty input valid.
+    largest = torch.nn.functional.pad(sizes, (0, 0, 0, 1), value=1).amax(dim=0)
+    grid_h, grid_w = largest[0].item(), largest[1].item()
+    torch._check(grid_h >= 1)
+    torch._check(grid_w >= 1)
+    rows = _bicubic_weights(sizes[:, 0], grid_h, map_h)  # (K, grid_h, map_h)
+    cols = _bicubic_weights(sizes[:, 1], grid_w, map_w)  # (K, grid_w, map_w)
+    resized = torch.matmul(
+        torch.matmul(rows[:, None], maps), cols[:, None].transpose(-1, -2)
+    )  # (K, keypoints, grid_h, grid_w)
+    inside = (torch.arange(grid_h, device=maps.device)[None, :, None] < sizes[:, 0, None, None]) & (
+        torch.arange(grid_w, device=maps.device)[None, None, :] < sizes[:, 1, None, None]
+    )
+    resized = torch.where(inside[:, None], resized, float("-inf"))
+    flat = resized.reshape(count, num_keypoints, grid_h * grid_w)
+    end_scores, pos = flat.max(dim=2)
+    x_int = pos % grid_w
+    y_int = torch.div(pos - x_int, grid_w, rounding_mode="floor")
+    x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + offset_x[:, None]
+    y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + offset_y[:, None]
+    return torch.stack((x, y, torch.ones_like(x)), dim=2), end_scores
+
+
+def _resize_keypoints(keypoints, original_size, new_size):
+    """transform.resize_keypoints without ``torch.tensor(size)`` (constants for symbolic
+    sizes) and without in-place scaling of a clone; float32 ratios as in torchvision."""
+    ratio_h = _ratio(new_size[0], original_size[0], keypoints.device)
+    ratio_w = _ratio(new_size[1], original_size[1], keypoints.device)
+    x, y, rest = keypoints[..., 0], keypoints[..., 1], keypoints[..., 2]
+    return torch.stack((x * ratio_w, y * ratio_h, rest), dim=-1)
 
 
 def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes):
@@ -363,7 +444,7 @@ def _ssd_postprocess_detections(self, head_outputs, image_anchors, image_shapes)
 def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
     import torchvision.ops
     from torchvision.models.detection import _utils as det_utils
-    from torchvision.models.detection import ssd, transform
+    from torchvision.models.detection import roi_heads, ssd, transform
     from torchvision.ops import boxes as box_ops
     from torchvision.ops import poolers
 
@@ -378,6 +459,8 @@ def _torchvision_replacements() -> list[tuple[Any, str, Any]]:
         (transform.GeneralizedRCNNTransform, "batch_images", _batch_images),
         (ssd.SSD, "postprocess_detections", _ssd_postprocess_detections),
         (transform, "paste_masks_in_image", _paste_masks_in_image),
+        (transform, "resize_keypoints", _resize_keypoints),
+        (roi_heads, "heatmaps_to_keypoints", _heatmaps_to_keypoints),
     ]
 
 

@@ -116,6 +116,13 @@ def _set_running_stats(norm: nn.Module, generator: torch.Generator) -> None:
 def _match_running_stats_to_input(norm: nn.Module, inputs: tuple[Any, ...]) -> None:
     activation = inputs[0]
     reduce_dims = [dim for dim in range(activation.dim()) if dim != 1]
+    if activation.numel() == activation.shape[1]:
+        # One value per channel (a 1x1 map of one image): its own mean would erase the channel
+        # and its variance is 0, so the floor would amplify rounding 100x (SSDlite's extra
+        # blocks: eager float32 and ONNX then disagree on detections). Keep the scale only.
+        norm.running_mean.zero_()
+        norm.running_var.fill_(float(activation.pow(2).mean().clamp_min(_MIN_CALIBRATED_VAR)))
+        return
     mean = activation.mean(dim=reduce_dims)
     var = activation.var(dim=reduce_dims, unbiased=False).clamp_min(_MIN_CALIBRATED_VAR)
     norm.running_mean.copy_(mean)

@@ -86,6 +86,18 @@ SUPPORTED: dict[str, frozenset[torch.dtype]] = {
 }
 SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 
+#: Ops that onnxruntime's CPU provider runs only up to some revision: op -> the first opset
+#: whose revision has no kernel ("Could not find an implementation for RoiAlign(22)", measured
+#: with onnxruntime 1.31). An ONNX model has one opset per domain, so at those opsets a
+#: translation computes the op from others (:func:`has_kernel`).
+NO_KERNEL_FROM: dict[str, int] = {"RoiAlign": 22, "MaxRoiPool": 22}
+
+
+def has_kernel(op_type: str, opset: int) -> bool:
+    """Whether onnxruntime runs ``op_type`` in a model of default-domain ``opset``."""
+    return opset < NO_KERNEL_FROM.get(op_type, opset + 1)
+
+
 # Ops whose output dtype is not the input dtype; their result is never cast back.
 _BOOL_RESULT = frozenset("Equal Less LessOrEqual Greater GreaterOrEqual IsNaN IsInf".split())
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
+from exporter.ops._kernels import has_kernel
 from exporter.ops._nn_helpers import compute_dtype, dim_size
 from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
@@ -81,20 +82,149 @@ def _roi_align(
     ctx, input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned
 ):
     x, dtype = _work(ctx, input, _ROI_ALIGN_DTYPES)
-    work = ctx.dtype(x)
-    boxes, batch_ids = _split_rois(ctx, rois, work)
+    ph = _static_int(pooled_height, "pooled_height")
+    pw = _static_int(pooled_width, "pooled_width")
+    ratio = _static_int(sampling_ratio, "sampling_ratio")
+    if not has_kernel("RoiAlign", ctx.opset):
+        return _roi_align_by_gathers(
+            ctx, x, rois, float(spatial_scale), ph, pw, ratio, aligned
+        ), dtype
+    boxes, batch_ids = _split_rois(ctx, rois, ctx.dtype(x))
     y = ctx.op.RoiAlign(
         x,
         boxes,
         batch_ids,
         coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel",
         mode="avg",
-        output_height=_static_int(pooled_height, "pooled_height"),
-        output_width=_static_int(pooled_width, "pooled_width"),
-        sampling_ratio=max(_static_int(sampling_ratio, "sampling_ratio"), 0),
+        output_height=ph,
+        output_width=pw,
+        sampling_ratio=max(ratio, 0),
         spatial_scale=float(spatial_scale),
     )
     return y, dtype
+
+
+def _roi_align_by_gathers(ctx, x, rois, spatial_scale, ph, pw, sampling_ratio, aligned):
+    """torchvision's roi_align from Gather and arithmetic, for opsets whose RoiAlign
+    onnxruntime cannot run. Same float arithmetic as torchvision's CPU kernel, in its order:
+
+    per RoI, corners scaled (minus 0.5 when aligned), size clamped to >= 1 unless aligned, bins
+    of size/pooled, sampling_ratio samples per bin side (adaptive: ceil(size / pooled), so RoIs
+    differ: every RoI gets the largest count, and samples past its own are weighted 0); each
+    sample is bilinear, 0 outside [-1, size], clamped to the border inside; a bin is the sum
+    of its samples over max(count, 1).
+    """
+    work = ctx.dtype(x)
+
+    def const(value):
+        return ctx.const(value, work)
+
+    rois = ctx.cast(rois, work)
+
+    def column(i):  # (K, 1)
+        return ctx.op.Slice(rois, [i], [i + 1], [1])
+
+    offset = const(0.5 if aligned else 0.0)
+    scale = const(spatial_scale)
+    start_w, start_h, end_w, end_h = (
+        ctx.op.Sub(ctx.op.Mul(column(i), scale), offset) for i in (1, 2, 3, 4)
+    )
+    height_i, width_i = dim_size(ctx, x, 2), dim_size(ctx, x, 3)
+    height, width = ctx.cast(height_i, work), ctx.cast(width_i, work)
+
+    def axis(start, end, pooled, size):
+        """Per RoI and sample along one axis (K, pooled, G): the low and high pixel, their
+        bilinear weights (0 for samples outside the map or past the RoI's count), and the
+        RoI's sample count (K, 1)."""
+        length = ctx.op.Sub(end, start)
+        if not aligned:
+            length = ctx.op.Max(length, const(1.0))
+        bin_size = ctx.op.Div(length, const(float(pooled)))
+        if sampling_ratio > 0:
+            grid = const([[float(sampling_ratio)]])
+            steps = const([float(i) for i in range(sampling_ratio)])
+        else:
+            grid = ctx.op.Ceil(ctx.op.Div(length, const(float(pooled))))
+            # The largest count over RoIs, at least 1 (also for no RoI at all).
+            largest = reduce(ctx, "ReduceMax", ctx.op.Concat(grid, const([[1.0]]), axis=0), None, 0)
+            steps = ctx.cast(
+                ctx.op.Range(
+                    ctx.const(0, torch.int64),
+                    ctx.op.Cast(largest, to=7),
+                    ctx.const(1, torch.int64),
+                ),
+                work,
+            )
+        steps = ctx.op.Unsqueeze(steps, [0, 1])  # (1, 1, G)
+        bins = const([[[float(i)] for i in range(pooled)]])  # (1, pooled, 1)
+        start3, bin3, grid3 = (ctx.op.Unsqueeze(v, [2]) for v in (start, bin_size, grid))
+        # A RoI with no samples (aligned, size <= 0) divides by 1 instead of 0: its samples
+        # are all masked below, but a NaN position would make an invalid Gather index.
+        position = ctx.op.Add(
+            ctx.op.Add(start3, ctx.op.Mul(bins, bin3)),
+            ctx.op.Div(
+                ctx.op.Mul(ctx.op.Add(steps, const(0.5)), bin3), ctx.op.Max(grid3, const(1.0))
+            ),
+        )
+        outside = ctx.op.Or(ctx.op.Less(position, const(-1.0)), ctx.op.Greater(position, size))
+        if sampling_ratio <= 0:
+            outside = ctx.op.Or(outside, ctx.op.GreaterOrEqual(steps, grid3))
+        position = ctx.op.Max(position, const(0.0))
+        low = ctx.op.Floor(position)
+        last = ctx.op.Sub(size, const(1.0))
+        at_edge = ctx.op.GreaterOrEqual(low, last)
+        low = ctx.op.Where(at_edge, last, low)
+        high = ctx.op.Where(at_edge, last, ctx.op.Add(low, const(1.0)))
+        position = ctx.op.Where(at_edge, low, position)
+        high_weight = ctx.op.Sub(position, low)
+        low_weight = ctx.op.Sub(const(1.0), high_weight)
+        zero = const(0.0)
+        low_weight = ctx.op.Where(outside, zero, low_weight)
+        high_weight = ctx.op.Where(outside, zero, high_weight)
+        return (
+            ctx.op.Cast(low, to=7),
+            ctx.op.Cast(high, to=7),
+            low_weight,
+            high_weight,
+            grid,
+        )
+
+    y_low, y_high, hy, ly, grid_h = axis(start_h, end_h, ph, height)
+    x_low, x_high, hx, lx, grid_w = axis(start_w, end_w, pw, width)
+
+    # Samples of RoI k are laid out (K, ph, Gh, pw, Gw): y terms on axes 1-2, x terms on 3-4.
+    def along_y(v):
+        return ctx.op.Unsqueeze(v, [3, 4])
+
+    def along_x(v):
+        return ctx.op.Unsqueeze(v, [1, 2])
+
+    # Every pixel of every image as one row of C channels: row b*H*W + y*W + x.
+    channels = dim_size(ctx, x, 1)
+    table = ctx.op.Reshape(
+        ctx.op.Transpose(x, perm=[0, 2, 3, 1]),
+        ctx.op.Concat(ctx.const([-1], torch.int64), channels, axis=0),
+    )
+    batch = ctx.op.Cast(column(0), to=7)  # (K, 1)
+    first_row = ctx.op.Unsqueeze(ctx.op.Mul(batch, ctx.op.Mul(height_i, width_i)), [2, 3, 4])
+    width_scalar = ctx.op.Squeeze(width_i, [0])
+
+    def corner(y_index, x_index, y_weight, x_weight):
+        rows = ctx.op.Add(
+            first_row,
+            ctx.op.Add(along_y(ctx.op.Mul(y_index, width_scalar)), along_x(x_index)),
+        )
+        weight = ctx.op.Mul(along_y(y_weight), along_x(x_weight))
+        return ctx.op.Mul(ctx.op.Gather(table, rows, axis=0), ctx.op.Unsqueeze(weight, [5]))
+
+    samples = ctx.op.Add(
+        ctx.op.Add(corner(y_low, x_low, hy, hx), corner(y_low, x_high, hy, lx)),
+        ctx.op.Add(corner(y_high, x_low, ly, hx), corner(y_high, x_high, ly, lx)),
+    )  # (K, ph, Gh, pw, Gw, C)
+    total = reduce(ctx, "ReduceSum", samples, [2, 4], 0)  # (K, ph, pw, C)
+    count = ctx.op.Max(ctx.op.Mul(grid_h, grid_w), const(1.0))  # (K, 1)
+    pooled = ctx.op.Div(total, ctx.op.Unsqueeze(count, [2, 3]))
+    return ctx.op.Transpose(pooled, perm=[0, 3, 1, 2])
 
 
 @translates("torchvision::roi_align.default")

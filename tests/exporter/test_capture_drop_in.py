@@ -90,6 +90,15 @@ class BranchOnCount(torch.nn.Module):
         return kept
 
 
+class BranchOnLongSum(torch.nn.Module):
+    def forward(self, x):
+        kept = x[x > 0.5]
+        count = kept.shape[0]
+        if sum((count + i) // (i + 2) for i in range(60)) > 7:
+            return kept * 2.0
+        return kept
+
+
 def test_a_dim_the_model_fixes_is_named_with_its_line():
     # torch.onnx fails here too, with the message cut after "from model tracing:".
     with pytest.raises(exporter.OnnxExporterError) as caught:
@@ -109,3 +118,18 @@ def test_a_data_dependent_guard_names_its_line_and_remedies():
     assert "test_capture_drop_in.py" in message
     assert "in forward: if kept.shape[0] > 2:" in message
     assert "torch._check(" in message and "Dim(" in message
+
+
+def test_a_long_data_dependent_guard_is_shown_in_short_form():
+    # The guard's expression is 60 floor divisions (over 1000 characters): the message keeps
+    # its shape and names the symbol instead of printing it whole, in any line.
+    with pytest.raises(exporter.OnnxExporterError) as caught:
+        exporter.export(BranchOnLongSum().eval(), (torch.rand(10),))
+    message = str(caught.value)
+    assert (
+        "The guard that failed reads tensor data: (u0//2) + ((u0 + 1)//3) + \u2026 58 more "
+        "terms > 7 (" in message
+    )
+    assert "characters in full; u0 read from tensor data)" in message
+    assert "in forward: if sum((count + i) // (i + 2) for i in range(60)) > 7:" in message
+    assert max(len(line) for line in message.splitlines()) < 400

@@ -207,3 +207,63 @@ def test_mask_paste_patch_equals_torchvision(count):
     torch.testing.assert_close(
         _paste_masks_in_image(masks, boxes, (100, 90)), expected, rtol=0, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("count", [0, 1, 30])
+def test_keypoint_patch_equals_torchvision(count):
+    # Boxes from under a pixel (clamped to 1) to larger than the heatmap, so the bicubic
+    # resize both shrinks and enlarges, and RoIs differ in size (the padded grid is masked).
+    from torchvision.models.detection import roi_heads
+
+    from exporter._capture_patches import _heatmaps_to_keypoints
+
+    generator = torch.Generator().manual_seed(count)
+    maps = torch.randn(count, 5, 56, 56, generator=generator)
+    corner = torch.rand(count, 2, generator=generator) * 60
+    size = torch.rand(count, 2, generator=generator) * 90 + 0.3
+    rois = torch.cat([corner, corner + size], dim=1)
+    expected_xy, expected_scores = roi_heads.heatmaps_to_keypoints(maps, rois)
+    xy, scores = _heatmaps_to_keypoints(maps, rois)
+    torch.testing.assert_close(xy, expected_xy, rtol=0, atol=0)  # the same argmax pixel
+    torch.testing.assert_close(scores, expected_scores, rtol=1e-5, atol=1e-4)
+
+
+def test_keypoint_resize_patch_equals_torchvision():
+    from torchvision.models.detection import transform
+
+    from exporter._capture_patches import _resize_keypoints
+
+    keypoints = torch.rand(4, 5, 3, generator=torch.Generator().manual_seed(0)) * 100
+    expected = transform.resize_keypoints(keypoints, [128, 111], [120, 104])
+    torch.testing.assert_close(
+        _resize_keypoints(keypoints, [128, 111], [120, 104]), expected, rtol=0, atol=0
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"])
+def test_zoo_detection_cases_reproduce_their_detections_in_float64(name):
+    # Eager float32 must agree with float64 on the zoo's build, else no export can match eager
+    # up to ties: with undamped residual branches float32 rounding changed the proposals that
+    # survive NMS (model_zoo.torchvision_cases._damp_residual_branches).
+    import copy
+
+    from model_zoo import registry
+
+    case = registry.get(f"torchvision/{name}")
+    model, _, _ = case.build()
+    model64 = copy.deepcopy(model).double()
+    for sizes in (case.sizes, case.second_sizes):
+        (images,), _ = case.inputs(sizes)
+        with torch.no_grad():
+            single = model(images)[0]
+            double = model64([images[0].double()])[0]
+        assert len(single["scores"]) > 0
+        problems = match_detections(
+            {
+                k: v.float().numpy() if v.is_floating_point() else v.numpy()
+                for k, v in double.items()
+            },
+            {k: v.numpy() for k, v in single.items()},
+        )
+        assert not problems, "\n".join(problems)

@@ -65,6 +65,42 @@ def test_per_detection_extras_follow_their_detection():
     assert any("keypoints differ" in p for p in match_detections(eager, swapped))
 
 
+def _with_keypoints(scores):
+    dets = _dets(scores)
+    count = len(scores)
+    dets["keypoints"] = np.arange(count * 5 * 3, dtype=np.float32).reshape(count, 5, 3)
+    dets["keypoints_scores"] = np.linspace(1, 20, count * 5, dtype=np.float32).reshape(count, 5)
+    return dets
+
+
+def test_a_keypoint_may_move_where_its_heatmap_tied():
+    eager = _with_keypoints([0.9, 0.5, 0.2, 0.1])
+    tied = {k: v.copy() for k, v in eager.items()}
+    tied["keypoints"][1, 2, :2] += 9.0  # the other of two equal maxima: same score
+    assert match_detections(eager, tied) == []
+    tied["keypoints_scores"][1, 2] += 0.5  # a different maximum: a real difference
+    assert any("keypoints differ" in p for p in match_detections(eager, tied))
+
+
+def test_keypoints_moved_everywhere_are_not_ties():
+    eager = _with_keypoints([0.9, 0.5])
+    shifted = {k: v.copy() for k, v in eager.items()}
+    shifted["keypoints"][:, :, 0] += 3.0  # every x off, scores unchanged: a bug, not ties
+    assert any("more than heatmap ties explain" in p for p in match_detections(eager, shifted))
+
+
+def test_extras_of_a_near_tied_neighbour_are_not_compared():
+    # NMS kept a neighbour 0.3 px away with the same score: its keypoints come from its own box.
+    eager = _with_keypoints([0.9, 0.5])
+    neighbour = {k: v.copy() for k, v in eager.items()}
+    neighbour["boxes"][1] += 0.3
+    neighbour["keypoints"][1] += 5.0
+    assert match_detections(eager, neighbour) == []
+    neighbour["boxes"][1] = eager["boxes"][1]  # the same detection: its keypoints must agree
+    neighbour["keypoints_scores"][1] += 1.0
+    assert any("keypoints differ" in p for p in match_detections(eager, neighbour))
+
+
 def test_flat_outputs_are_read_in_key_order():
     eager = _dets([0.9, 0.5])
     flat = [eager["boxes"], eager["labels"], eager["scores"]]

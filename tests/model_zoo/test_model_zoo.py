@@ -410,3 +410,21 @@ def test_calibration_makes_deep_batch_norm_stacks_keep_their_scale():
         output = model(x)
     assert 0.05 < float(output.std()) < 20
     assert not model.training
+
+
+def test_calibration_on_one_value_per_channel_keeps_the_channels():
+    # A 1x1 map of one image: centring on its own mean would zero every channel (and the
+    # variance floor would then scale rounding up 100x); the channels keep their values.
+    conv, norm = nn.Conv2d(4, 8, 1), nn.BatchNorm2d(8)
+    model = nn.Sequential(conv, norm).eval()
+    reinit_(model, 0)
+    x = torch.randn(1, 4, 1, 1)
+    calibrate_batch_norm_(model, (x,))
+    with torch.no_grad():
+        output = model(x)
+        before_norm = conv(x)
+    assert bool((norm.running_mean == 0).all())
+    expected = before_norm / torch.sqrt(norm.running_var[None, :, None, None] + norm.eps)
+    expected = expected * norm.weight[None, :, None, None] + norm.bias[None, :, None, None]
+    torch.testing.assert_close(output, expected)
+    assert float((output - norm.bias[None, :, None, None]).abs().max()) > 0.1

@@ -153,12 +153,14 @@ def test_roi_align_dynamic_sizes_and_box_list():
     )
 
 
-def test_roi_align_float64():
+@pytest.mark.parametrize("opset", [None, 22])  # RoiAlign, and from 22 on gathers
+def test_roi_align_float64(opset):
     check_op(
         lambda x, r: ops.roi_align(x, r, 3, 0.5, -1, True),
         (randn(2, 4, 16, 16).double(), random_rois(7, 2).double()),
         atol=1e-10,
         rtol=1e-10,
+        opset=opset,
     )
 
 
@@ -304,3 +306,41 @@ def test_translations_work_when_torchvision_is_imported_after_exporter():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
+
+
+# ------------------------------------------------------------------- roi_align at opset >= 22
+@pytest.mark.parametrize("opset", [22, 23])
+@pytest.mark.parametrize("aligned", [True, False])
+@pytest.mark.parametrize("sampling_ratio", [-1, 2])
+def test_roi_align_from_gathers_where_onnxruntime_lacks_roialign(opset, aligned, sampling_ratio):
+    # onnxruntime 1.31 has no RoiAlign-22 kernel, and a model has one default-domain opset:
+    # from 22 on the translation computes torchvision's sampling itself. RoIs reaching past
+    # the map (samples at -1..0 and beyond the edge) and, with aligned=True, of zero size.
+    x, rois = randn(2, 4, 16, 16), random_rois(9, 2)
+    edges = torch.tensor([[0, -6.0, -3.0, 40.0, 31.5], [1, 20.0, 5.0, 20.0, 5.0]])
+    program = check_op(
+        lambda x, r: ops.roi_align(x, r, (3, 4), 0.5, sampling_ratio, aligned),
+        (x, torch.cat([rois, edges])),
+        opset=opset,
+    )
+    assert "RoiAlign" not in {n.op_type for n in program.model.graph}
+
+
+def test_roi_align_from_gathers_dynamic_sizes_and_no_rois():
+    shapes = (({2: DYN, 3: DYN}, {0: DYN}),)
+    for second in (random_rois(3, 2, seed=1), random_rois(0, 2)):
+        check_op(
+            lambda x, r: ops.roi_align(x, r, 3, 0.25, -1, False),
+            (randn(2, 4, 16, 16), random_rois(7, 2)),
+            dynamic_shapes=shapes,
+            second_args=(randn(2, 4, 12, 20, seed=1), second),
+            opset=22,
+        )
+
+
+def test_ps_roi_align_from_gathers():
+    check_op(
+        lambda x, r: ops.ps_roi_align(x, r, 2, 0.5),
+        (randn(2, 8, 12, 12), random_rois(5, 2)),
+        opset=22,
+    )
