@@ -93,11 +93,6 @@ SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 NO_KERNEL_FROM: dict[str, int] = {"RoiAlign": 22, "MaxRoiPool": 22}
 
 
-def has_kernel(op_type: str, opset: int) -> bool:
-    """Whether onnxruntime runs ``op_type`` in a model of default-domain ``opset``."""
-    return opset < NO_KERNEL_FROM.get(op_type, opset + 1)
-
-
 # Ops whose output dtype is not the input dtype; their result is never cast back.
 _BOOL_RESULT = frozenset("Equal Less LessOrEqual Greater GreaterOrEqual IsNaN IsInf".split())
 
@@ -146,8 +141,13 @@ def call(
     return out if op_type in _BOOL_RESULT else ctx.cast(out, dtype)
 
 
-def has_kernel(op_type: str, dtype: torch.dtype | None) -> bool:
-    """Whether onnxruntime's CPU provider runs ``op_type`` on ``dtype`` values as they are."""
+def has_kernel(op_type: str, dtype: torch.dtype | None = None, *, opset: int | None = None) -> bool:
+    """Whether onnxruntime's CPU provider runs ``op_type`` on ``dtype`` values as they are (any
+    dtype when None), in a model of default-domain ``opset`` (any opset when None)."""
+    if opset is not None and opset >= NO_KERNEL_FROM.get(op_type, opset + 1):
+        return False
+    if dtype is None:
+        return True
     supported = SUPPORTED.get(op_type)
     return supported is None or dtype in supported
 

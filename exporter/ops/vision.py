@@ -85,7 +85,7 @@ def _roi_align(
     ph = _static_int(pooled_height, "pooled_height")
     pw = _static_int(pooled_width, "pooled_width")
     ratio = _static_int(sampling_ratio, "sampling_ratio")
-    if not has_kernel("RoiAlign", ctx.opset):
+    if not has_kernel("RoiAlign", opset=ctx.opset):
         return _roi_align_by_gathers(
             ctx, x, rois, float(spatial_scale), ph, pw, ratio, aligned
         ), dtype

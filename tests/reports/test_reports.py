@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cases import parse_case_id
+from conformance.case import parse_case
 from reports import build_reports, normalise_error, read_rows, render_markdown
 from reports.__main__ import main
 from reports.charts import error_points, model_times, stage_counts
@@ -178,7 +178,7 @@ def test_side_by_side_lists_exactly_the_differing_cases(markdown):
         ),
     }
     for row in ops:
-        assert parse_case_id(row["case id (repro)"]).id == row["case id (repro)"]
+        assert parse_case(row["case id (repro)"]).id == row["case id (repro)"]
     assert "`ours` passes, `torch-dynamo` does not: 2" in text
     assert "`torch-dynamo` passes, `ours` does not: 1" in text
     models = only_table(section(text, "Model cases where the exporters disagree"))
@@ -639,7 +639,7 @@ def test_summary_opens_with_the_unexpected_results(markdown):
     assert table["op::sum::s000::f32::dynamic::opset20::cpu::ours"]["status"] == "xpass"
     for case_id in table:
         if case_id.startswith("op::"):
-            assert parse_case_id(case_id).id == case_id
+            assert parse_case(case_id).id == case_id
 
 
 def test_triage_says_so_when_nothing_is_unexpected(rows):
