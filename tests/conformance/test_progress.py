@@ -98,7 +98,7 @@ def test_progress_under_xdist_counts_every_case_of_the_run(tmp_path):
 
 
 def test_no_cuda_runtime_warning_from_the_opinfo_import():
-    code = "from conformance.opinfo_cases import op_db; op_db()"
+    code = "from conformance.op_cases import op_db; op_db()"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
         check=False,
