@@ -204,7 +204,7 @@ def _export(
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
         torch.export.save(captured, dump_dir / f"onnx_export_{stamp}.pt2")
     with record.stage("decomposition"):
-        decomposed, reason = _decompose.decompose(captured, registry)
+        decomposed, reason = _decompose.decompose(captured, registry, record.notes)
     record.decomposition_reason = reason
     record.exported_program = decomposed
     say(f"[exporter] decomposition {'ran: ' + reason if reason else 'skipped'}")
