@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import io
 import logging
@@ -228,17 +229,26 @@ def _export(
     say(f"[exporter] translated to {len(model_ir.graph)} ONNX nodes")
     _validate.check_outputs(model_ir, decomposed)
     program = ONNXProgram(model_ir, decomposed, record=record)
+    computed = _compute_meta_buffers(model, program)
+    if computed:
+        message = (
+            f"computed {len(computed)} non-persistent buffers of the meta-device model on CPU "
+            f"with the model's own initialisation ({', '.join(computed)}): checkpoints do not "
+            f"hold them"
+        )
+        record.notes.append(message)
+        logging.getLogger("exporter").info(message)
     meta_weights = program.meta_weights()
     if meta_weights:
         message = (
             f"{len(meta_weights)} weights are on the meta device (e.g. {meta_weights[0]}): the "
-            f"graph is exported without their data and the optimizer, which folds constants, "
-            f"is skipped. Call apply_weights(state_dict) before running or saving the model."
+            f"graph is exported without their data. Call apply_weights(state_dict or "
+            f"safetensors path) before running, or save(path, weights=...)."
         )
         record.notes.append(message)
         warnings.warn(message, UserWarning, stacklevel=3)
-    if optimize and not meta_weights:
-        with record.stage("optimize"):
+    if optimize:
+        with record.stage("optimize"), program.meta_weights_as_inputs():
             _passes.optimize(model_ir)
     else:
         record.status["optimize"] = "skipped"
@@ -249,6 +259,50 @@ def _export(
     # ONNX's version converter, which returns a new model.
     program.model = _opset_convert.convert_down(model_ir, opset)
     return program
+
+
+def _compute_meta_buffers(model: Any, program: ONNXProgram) -> list[str]:
+    """Fill the non-persistent buffers that a meta-device model left without data.
+
+    Checkpoints do not hold them (rotary ``inv_freq``): the module computes them in its
+    ``__init__``, which on the meta device computed nothing. A model that can initialise one
+    module (transformers' ``_init_weights``, the path its own loading takes for them) runs it
+    on a CPU copy of each owning module, the buffers first filled with NaN so that only values
+    it really wrote are taken. Buffers it does not write stay without data, and
+    ``apply_weights`` names them. The user's model is not changed.
+    """
+    initialise = getattr(model, "_init_weights", None)
+    if not isinstance(model, torch.nn.Module) or not callable(initialise):
+        return []
+    missing = set(program.meta_weights())
+    owners: dict[str, list[str]] = {}
+    for name, buffer in model.named_buffers():
+        module_name, _, attr = name.rpartition(".")
+        owner = model.get_submodule(module_name)
+        if (
+            name in missing
+            and buffer.is_meta
+            and buffer.is_floating_point()
+            and attr in owner._non_persistent_buffers_set
+        ):
+            owners.setdefault(module_name, []).append(attr)
+    computed: dict[str, torch.Tensor] = {}
+    for module_name, attrs in owners.items():
+        module = copy.deepcopy(model.get_submodule(module_name))
+        for attr in attrs:
+            meta = module._buffers[attr]
+            module._buffers[attr] = torch.full(meta.shape, float("nan"), dtype=meta.dtype)
+        try:
+            with torch.no_grad():
+                initialise(module)
+        except Exception:  # noqa: BLE001 - what it could not compute stays missing, and is named
+            continue
+        for attr in attrs:
+            value = module._buffers.get(attr)
+            if isinstance(value, torch.Tensor) and not value.is_meta and not value.isnan().any():
+                computed[f"{module_name}.{attr}" if module_name else attr] = value
+    program.apply_weights(computed, strict=False)
+    return list(computed)
 
 
 def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
