@@ -25,7 +25,7 @@ from exporter import (
     _validate,
 )
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
-from exporter._program import ONNXProgram, input_plan
+from exporter._program import ONNXProgram, has_no_data, input_plan
 from exporter._record import ExportRecord
 from exporter.ops._registry import Registry
 
@@ -241,7 +241,7 @@ def _export(
     meta_weights = program.meta_weights()
     if meta_weights:
         message = (
-            f"{len(meta_weights)} weights are on the meta device (e.g. {meta_weights[0]}): the "
+            f"{len(meta_weights)} weights are on the meta device or fake (e.g. {meta_weights[0]}): the "
             f"graph is exported without their data. Call apply_weights(state_dict or "
             f"safetensors path) before running, or save(path, weights=...)."
         )
@@ -281,25 +281,33 @@ def _compute_meta_buffers(model: Any, program: ONNXProgram) -> list[str]:
         owner = model.get_submodule(module_name)
         if (
             name in missing
-            and buffer.is_meta
+            and has_no_data(buffer)
             and buffer.is_floating_point()
             and attr in owner._non_persistent_buffers_set
         ):
             owners.setdefault(module_name, []).append(attr)
     computed: dict[str, torch.Tensor] = {}
     for module_name, attrs in owners.items():
-        module = copy.deepcopy(model.get_submodule(module_name))
-        for attr in attrs:
-            meta = module._buffers[attr]
-            module._buffers[attr] = torch.full(meta.shape, float("nan"), dtype=meta.dtype)
         try:
+            owner = model.get_submodule(module_name)
+            # tensors without data are shared, not copied: copying a fake tensor outside its
+            # mode corrupts memory, and writing into one changes no data
+            shared = {id(t): t for t in (*owner.parameters(), *owner.buffers()) if has_no_data(t)}
+            module = copy.deepcopy(owner, memo=shared)
+            for attr in attrs:
+                meta = module._buffers[attr]
+                module._buffers[attr] = torch.full(meta.shape, float("nan"), dtype=meta.dtype)
             with torch.no_grad():
                 initialise(module)
         except Exception:  # noqa: BLE001 - what it could not compute stays missing, and is named
             continue
         for attr in attrs:
             value = module._buffers.get(attr)
-            if isinstance(value, torch.Tensor) and not value.is_meta and not value.isnan().any():
+            if (
+                isinstance(value, torch.Tensor)
+                and not has_no_data(value)
+                and not value.isnan().any()
+            ):
                 computed[f"{module_name}.{attr}" if module_name else attr] = value
     program.apply_weights(computed, strict=False)
     return list(computed)

@@ -99,6 +99,13 @@ def _to_numpy(x: Any) -> np.ndarray:
     return _dtypes.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+def has_no_data(tensor: torch.Tensor) -> bool:
+    """A tensor with a shape and no data: on the meta device, or a fake tensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return tensor.is_meta or isinstance(tensor, FakeTensor)
+
+
 class PlannedInput:
     """One flattened user input of an exported program: a graph input, or a baked value."""
 
@@ -617,12 +624,13 @@ class ONNXProgram:
                     graph.register_initializer(value)
 
     def meta_weights(self) -> list[str]:
-        """Initializers on the meta device: shapes without data, until apply_weights fills them."""
+        """Initializers on the meta device (or fake tensors of a model built under
+        FakeTensorMode): shapes without data, until apply_weights fills them."""
         return [
             name
             for name, value in self.model.graph.initializers.items()
             if isinstance(value.const_value, ir.tensor_adapters.TorchTensor)
-            and value.const_value.raw.is_meta
+            and has_no_data(value.const_value.raw)
         ]
 
     def _require_weights(self, action: str) -> None:

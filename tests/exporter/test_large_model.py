@@ -123,6 +123,27 @@ def test_weights_from_files_are_read_one_tensor_at_a_time_when_saved(tmp_path, m
     assert weight_names <= set(reads)
 
 
+def test_model_built_under_fake_tensor_mode_exports_optimized_and_takes_weights(tmp_path):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(0)
+    eager = transformers.LlamaForCausalLM(_llama_config()).eval()
+    safetensors.torch.save_model(eager, str(tmp_path / "llama.safetensors"))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = transformers.LlamaForCausalLM(_llama_config()).eval()
+        inputs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "use_cache": False}
+    with pytest.warns(UserWarning, match="weights are on the meta device or fake"):
+        program = exporter.export(fake, (), kwargs=inputs)
+    assert program.record.status["optimize"] == "ok"
+    assert "model.rotary_emb.inv_freq" not in program.meta_weights()
+    program.apply_weights(tmp_path / "llama.safetensors")
+    input_ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        expected = eager(input_ids=input_ids, use_cache=False).logits
+    got = program(input_ids=input_ids, use_cache=False)[0]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
 class TwoLayers(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
