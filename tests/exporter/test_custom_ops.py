@@ -302,9 +302,8 @@ def test_branch_free_grouped_mm_equals_the_library_kernel_with_an_empty_group():
         torch.testing.assert_close(stand_in(rows, weight, offs), _GROUPED_MM(rows, weight, offs))
 
 
-@needs_grouped_mm
-def test_moe_model_exports_without_a_custom_translation():
-    config = transformers.Qwen2MoeConfig(
+def _qwen2_moe_config():
+    return transformers.Qwen2MoeConfig(
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
@@ -317,12 +316,38 @@ def test_moe_model_exports_without_a_custom_translation():
         num_experts_per_tok=2,
         max_position_embeddings=64,
     )
+
+
+def _mixtral_config():
+    return transformers.MixtralConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+    )
+
+
+@needs_grouped_mm
+@pytest.mark.parametrize(
+    "config", [_qwen2_moe_config, _mixtral_config], ids=["qwen2-moe", "mixtral"]
+)
+def test_moe_model_exports_without_a_custom_translation(config):
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    input_ids = torch.randint(0, 128, (2, 7))
-    inputs = {"input_ids": input_ids, "use_cache": False}
-    program = exporter.export(model, (), kwargs=inputs)
+    model = transformers.AutoModelForCausalLM.from_config(config()).eval()
+    program = exporter.export(
+        model,
+        (),
+        kwargs={"input_ids": torch.randint(0, 128, (2, 7)), "use_cache": False},
+        dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}, "use_cache": None},
+    )
     assert any("grouped_mm_fallback" in n for n in program.record.notes)
-    with torch.no_grad():
-        expected = model(**inputs).logits
-    torch.testing.assert_close(program(**inputs)[0], expected, rtol=1e-4, atol=1e-4)
+    for shape in ((2, 7), (3, 11)):  # the exported shape and another
+        inputs = {"input_ids": torch.randint(0, 128, shape), "use_cache": False}
+        with torch.no_grad():
+            expected = model(**inputs).logits
+        torch.testing.assert_close(program(**inputs)[0], expected, rtol=1e-4, atol=1e-4)
