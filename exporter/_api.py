@@ -205,7 +205,8 @@ def _export(
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
         torch.export.save(captured, dump_dir / f"onnx_export_{stamp}.pt2")
     with record.stage("decomposition"):
-        decomposed, reason = _decompose.decompose(captured, registry, record.notes)
+        untraceable: dict[str, str] = {}
+        decomposed, reason = _decompose.decompose(captured, registry, record.notes, untraceable)
     record.decomposition_reason = reason
     record.exported_program = decomposed
     say(f"[exporter] decomposition {'ran: ' + reason if reason else 'skipped'}")
@@ -213,7 +214,7 @@ def _export(
         unsupported = _translate.find_unsupported(decomposed.graph_module, registry)
         if unsupported:
             record.unsupported = unsupported
-            raise UnsupportedOpError(_unsupported_message(unsupported), unsupported)
+            raise UnsupportedOpError(_unsupported_message(unsupported, untraceable), unsupported)
         model_ir = _translate.translate_program(
             decomposed,
             registry,
@@ -313,7 +314,11 @@ def _compute_meta_buffers(model: Any, program: ONNXProgram) -> list[str]:
     return list(computed)
 
 
-def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
+def _unsupported_message(
+    unsupported: list[dict[str, Any]], untraceable: Mapping[str, str] | None = None
+) -> str:
+    """Every op without a translation; a custom op whose implementation could not be traced
+    says why, with the overload to register a translation for."""
     by_target: dict[str, list[dict[str, Any]]] = {}
     for item in unsupported:
         by_target.setdefault(item["target"], []).append(item)
@@ -323,6 +328,11 @@ def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
         where = f" at {first['source']}" if first.get("source") else ""
         more = f" (+{len(items) - 1} more nodes)" if len(items) > 1 else ""
         lines.append(f"  - {target}: FX node {first['fx_node']}{where}{more}")
+        why = (untraceable or {}).get(target)
+        if why:
+            lines.append(
+                f"    custom op {target}: {why}; register a translation for torch.ops.{target}"
+            )
     lines.append(
         "Register a translation with custom_translation_table={op_overload: fn} or "
         "exporter.register(op_overload, fn)."

@@ -176,55 +176,69 @@ def needs_decomposition(program: torch.export.ExportedProgram, registry: Registr
 
 
 def decompose(
-    program: torch.export.ExportedProgram, registry: Registry, notes: list[str] | None = None
+    program: torch.export.ExportedProgram,
+    registry: Registry,
+    notes: list[str] | None = None,
+    untraceable: dict[str, str] | None = None,
 ) -> tuple[torch.export.ExportedProgram, str | None]:
     """Returns the program to translate and the reason decomposition ran (None: skipped).
 
-    Each custom op traced through its implementation gets a line in ``notes`` and the log."""
+    Each custom op traced through its implementation gets a line in ``notes`` and the log. One
+    whose implementation cannot be traced stays in the program, so the translation step lists
+    it with every other op that has no translation; ``untraceable`` gets its name and why."""
     reason = needs_decomposition(program, registry)
     if reason is None:
         return program, None
     traced = traced_custom_ops(program, registry)
-    table = decomposition_table(registry)
-    if traced:
-        table = {**table, **{op: _traced(op, kernel) for op, (kernel, _) in traced.items()}}
-    try:
-        from exporter._capture import _size_oblivious
-        from exporter._flags import onnx_export_flag
-        from exporter.ops._fake_kernels import installed as fake_kernels_installed
-
-        # The re-trace runs op kernels on fake tensors again: the kernels torch lacks
-        # (ops/_fake_kernels.py) and those that behave differently while we export (the
-        # recurrent ops' shape kernels, ops/recurrent.py) must be there as during capture.
-        with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
-            decomposed = program.run_decompositions(table)
-    except Exception as exc:
-        failed = _failed_trace(exc)
-        if failed is not None:
-            name = _metadata.target_name(failed.op)
-            handle = (
-                f"torch.ops.{failed.op.namespace}.{failed.op._opname}.{failed.op._overloadname}"
-            )
-            raise DecompositionError(
-                f"custom op {name} has no translation, and tracing it through "
-                f"{traced[failed.op][1]} failed ({failed}). Its implementation cannot be "
+    while True:
+        table = decomposition_table(registry)
+        if traced:
+            table = {**table, **{op: _traced(op, kernel) for op, (kernel, _) in traced.items()}}
+        try:
+            decomposed = _run_decompositions(program, table)
+            break
+        except Exception as exc:
+            failed = _failed_trace(exc)
+            if failed is None:
+                raise _decomposition_error(exc, reason) from exc
+            how = traced.pop(failed.op)[1]
+            why = (
+                f"tracing it through {how} failed ({failed}): its implementation cannot be "
                 f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
-                f"that is not written in torch ops). Register a translation with "
-                f"export(..., custom_translation_table={{{handle}: fn}})."
-            ) from exc
-        remedy = (
-            "; a program whose ops all have translations skips this step, so registering one "
-            "with export(..., custom_translation_table={op_overload: fn}) avoids it"
-            if reason.endswith(_NO_TRANSLATION)
-            else "; write the in-place op out of place in the model to avoid this step"
-        )
-        raise DecompositionError(
-            f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because "
-            f"{reason}{remedy}."
-        ) from exc
+                f"not written in torch ops)"
+            )
+            logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
+            if untraceable is not None:
+                untraceable[_metadata.target_name(failed.op)] = why
     for op, (_, how) in traced.items():
         note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
         logging.getLogger("exporter").info(note)
         if notes is not None:
             notes.append(note)
     return decomposed, reason
+
+
+def _run_decompositions(
+    program: torch.export.ExportedProgram, table: dict[Any, Any]
+) -> torch.export.ExportedProgram:
+    from exporter._capture import _size_oblivious
+    from exporter._flags import onnx_export_flag
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    # The re-trace runs op kernels on fake tensors again: the kernels torch lacks
+    # (ops/_fake_kernels.py) and those that behave differently while we export (the
+    # recurrent ops' shape kernels, ops/recurrent.py) must be there as during capture.
+    with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
+        return program.run_decompositions(table)
+
+
+def _decomposition_error(exc: BaseException, reason: str) -> DecompositionError:
+    remedy = (
+        "; a program whose ops all have translations skips this step, so registering one "
+        "with export(..., custom_translation_table={op_overload: fn}) avoids it"
+        if reason.endswith(_NO_TRANSLATION)
+        else "; write the in-place op out of place in the model to avoid this step"
+    )
+    return DecompositionError(
+        f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because {reason}{remedy}."
+    )

@@ -267,16 +267,16 @@ def _(x):
 def test_custom_op_whose_implementation_cannot_be_traced_names_op_and_remedy():
     class Doubles(torch.nn.Module):
         def forward(self, x):
-            return torch.ops.customtest.doubled_until_large(x)
+            return torch.ops.customtest.halves_swapped(torch.ops.customtest.doubled_until_large(x))
 
-    with pytest.raises(exporter.OnnxExporterError) as info:
-        exporter.export(Doubles().eval(), (torch.rand(2, 3) + 0.1,))
+    with pytest.raises(exporter.UnsupportedOpError) as info:
+        exporter.export(Doubles().eval(), (torch.rand(2, 4) + 0.1,))
     message = str(info.value)
-    assert "custom op customtest.doubled_until_large.default has no translation" in message
-    assert "GuardOnDataDependentSymNode" in message
-    assert (
-        "custom_translation_table={torch.ops.customtest.doubled_until_large.default: fn}" in message
-    )
+    # the op that cannot be traced is listed with every other op without a translation
+    assert message.startswith("1 ops have no ONNX translation")
+    assert "  - customtest.doubled_until_large.default: FX node" in message
+    assert "tracing it through its Python implementation failed (GuardOnDataDependent" in message
+    assert "register a translation for torch.ops.customtest.doubled_until_large.default" in message
 
 
 transformers = pytest.importorskip("transformers")
