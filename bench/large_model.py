@@ -19,7 +19,10 @@ The defaults are LLaMA-2-7B's shape (about 6.7B parameters, 13.5 GB in f16). Ste
 
 Prints export time, save time and the peak RSS of this process after each step. The saved
 model is deleted at the end unless ``--keep`` (it takes as much disk as the weights).
-Develop at a small size, e.g. ``--layers 2 --hidden 512 --intermediate 1024 --heads 8
+Measured with the defaults (f16, 13.48 GB of weights) on a 2-core, 24 GiB machine: export
+57 s with peak RSS 0.85 GiB; save 32 s streaming 13.48 GB, peak RSS 1.10 GiB; the 2-layer
+slice matched eager at 2.0e-3 of the largest logit, peak RSS 5.1 GiB (eager and onnxruntime
+holding the slice). Develop at a small size, e.g. ``--layers 2 --hidden 512 --intermediate 1024 --heads 8
 --kv-heads 8 --vocab 1000``.
 """
 
