@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import io
 import logging
@@ -25,7 +26,7 @@ from exporter import (
     _validate,
 )
 from exporter._errors import InvalidExportArgumentsError, OnnxExporterError, UnsupportedOpError
-from exporter._program import ONNXProgram, input_plan
+from exporter._program import ONNXProgram, has_no_data, input_plan
 from exporter._record import ExportRecord
 from exporter.ops._registry import Registry
 
@@ -207,7 +208,8 @@ def _export(
         record.dumped_program = dump_dir / f"onnx_export_{stamp}.pt2"
         torch.export.save(captured, record.dumped_program)
     with record.stage("decomposition"):
-        decomposed, reason = _decompose.decompose(captured, registry)
+        untraceable: dict[str, str] = {}
+        decomposed, reason = _decompose.decompose(captured, registry, record.notes, untraceable)
     record.decomposition_reason = reason
     record.exported_program = decomposed
     say(f"[exporter] decomposition {'ran: ' + reason if reason else 'skipped'}")
@@ -215,7 +217,7 @@ def _export(
         unsupported = _translate.find_unsupported(decomposed.graph_module, registry)
         if unsupported:
             record.unsupported = unsupported
-            raise UnsupportedOpError(_unsupported_message(unsupported), unsupported)
+            raise UnsupportedOpError(_unsupported_message(unsupported, untraceable), unsupported)
         model_ir = _translate.translate_program(
             decomposed,
             registry,
@@ -231,17 +233,26 @@ def _export(
     say(f"[exporter] translated to {len(model_ir.graph)} ONNX nodes")
     _validate.check_outputs(model_ir, decomposed)
     program = ONNXProgram(model_ir, decomposed, record=record)
+    computed = _compute_meta_buffers(model, program)
+    if computed:
+        message = (
+            f"computed {len(computed)} non-persistent buffers of the meta-device model on CPU "
+            f"with the model's own initialisation ({', '.join(computed)}): checkpoints do not "
+            f"hold them"
+        )
+        record.notes.append(message)
+        logging.getLogger("exporter").info(message)
     meta_weights = program.meta_weights()
     if meta_weights:
         message = (
-            f"{len(meta_weights)} weights are on the meta device (e.g. {meta_weights[0]}): the "
-            f"graph is exported without their data and the optimizer, which folds constants, "
-            f"is skipped. Call apply_weights(state_dict) before running or saving the model."
+            f"{len(meta_weights)} weights are on the meta device or fake (e.g. {meta_weights[0]}): the "
+            f"graph is exported without their data. Call apply_weights(state_dict or "
+            f"safetensors path) before running, or save(path, weights=...)."
         )
         record.notes.append(message)
         warnings.warn(message, UserWarning, stacklevel=3)
-    if optimize and not meta_weights:
-        with record.stage("optimize"):
+    if optimize:
+        with record.stage("optimize"), program.meta_weights_as_inputs():
             _passes.optimize(model_ir)
     else:
         record.status["optimize"] = "skipped"
@@ -261,7 +272,63 @@ def _export(
     return program
 
 
-def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
+def _compute_meta_buffers(model: Any, program: ONNXProgram) -> list[str]:
+    """Fill the non-persistent buffers that a meta-device model left without data.
+
+    Checkpoints do not hold them (rotary ``inv_freq``): the module computes them in its
+    ``__init__``, which on the meta device computed nothing. A model that can initialise one
+    module (transformers' ``_init_weights``, the path its own loading takes for them) runs it
+    on a CPU copy of each owning module, the buffers first filled with NaN so that only values
+    it really wrote are taken. Buffers it does not write stay without data, and
+    ``apply_weights`` names them. The user's model is not changed.
+    """
+    initialise = getattr(model, "_init_weights", None)
+    if not isinstance(model, torch.nn.Module) or not callable(initialise):
+        return []
+    missing = set(program.meta_weights())
+    owners: dict[str, list[str]] = {}
+    for name, buffer in model.named_buffers():
+        module_name, _, attr = name.rpartition(".")
+        owner = model.get_submodule(module_name)
+        if (
+            name in missing
+            and has_no_data(buffer)
+            and buffer.is_floating_point()
+            and attr in owner._non_persistent_buffers_set
+        ):
+            owners.setdefault(module_name, []).append(attr)
+    computed: dict[str, torch.Tensor] = {}
+    for module_name, attrs in owners.items():
+        try:
+            owner = model.get_submodule(module_name)
+            # tensors without data are shared, not copied: copying a fake tensor outside its
+            # mode corrupts memory, and writing into one changes no data
+            shared = {id(t): t for t in (*owner.parameters(), *owner.buffers()) if has_no_data(t)}
+            module = copy.deepcopy(owner, memo=shared)
+            for attr in attrs:
+                meta = module._buffers[attr]
+                module._buffers[attr] = torch.full(meta.shape, float("nan"), dtype=meta.dtype)
+            with torch.no_grad():
+                initialise(module)
+        except Exception:  # noqa: BLE001 - what it could not compute stays missing, and is named
+            continue
+        for attr in attrs:
+            value = module._buffers.get(attr)
+            if (
+                isinstance(value, torch.Tensor)
+                and not has_no_data(value)
+                and not value.isnan().any()
+            ):
+                computed[f"{module_name}.{attr}" if module_name else attr] = value
+    program.apply_weights(computed, strict=False)
+    return list(computed)
+
+
+def _unsupported_message(
+    unsupported: list[dict[str, Any]], untraceable: Mapping[str, str] | None = None
+) -> str:
+    """Every op without a translation; a custom op whose implementation could not be traced
+    says why, with the overload to register a translation for."""
     by_target: dict[str, list[dict[str, Any]]] = {}
     for item in unsupported:
         by_target.setdefault(item["target"], []).append(item)
@@ -271,6 +338,11 @@ def _unsupported_message(unsupported: list[dict[str, Any]]) -> str:
         where = f" at {first['source']}" if first.get("source") else ""
         more = f" (+{len(items) - 1} more nodes)" if len(items) > 1 else ""
         lines.append(f"  - {target}: FX node {first['fx_node']}{where}{more}")
+        why = (untraceable or {}).get(target)
+        if why:
+            lines.append(
+                f"    custom op {target}: {why}; register a translation for torch.ops.{target}"
+            )
     lines.append(
         "Register a translation with custom_translation_table={op_overload: fn} or "
         "exporter.register(op_overload, fn)."

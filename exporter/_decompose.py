@@ -6,17 +6,25 @@ captured program already holds only translated, safely functional ops, the (slow
 ``scan``) are judged node by node like the top graph: their presence alone forces nothing, since
 the re-trace rejects some bodies torch.export captured (a ``scan`` body that returns its carry
 as an output as well is refused as "aliasing").
+
+A custom op (``torch.library``) with no translation is traced through its implementation
+when it has one written in torch ops: the table maps it to its Python kernel (or its
+CompositeImplicitAutograd kernel), and the re-trace records the ops that kernel runs. A
+translation, built in or registered by the user, always wins: ops with one are never traced.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from exporter import _metadata
 from exporter._errors import DecompositionError
-from exporter._translate import fx_targets, is_noop_target, lookup
+from exporter._translate import fx_targets, is_noop_target, lookup, lookup_for_node
 from exporter.ops._registry import Registry
 
 _NO_TRANSLATION = " has no translation"
@@ -33,6 +41,101 @@ def _table_for(targets: frozenset[Any]) -> dict[Any, Any]:
 
 def decomposition_table(registry: Registry) -> Any:
     return _table_for(registry.targets())
+
+
+def _grouped_mm_by_group_masks(
+    input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor
+) -> torch.Tensor:
+    """``out[r] = input[r] @ weight[g]`` for the rows ``offs[g-1] <= r < offs[g]`` of group g.
+
+    The library's own kernel skips empty groups with a Python ``if`` on ``offs``' values,
+    which no trace can follow. Here every group multiplies every row and keeps its own rows:
+    G times the kernel's work, but no shape or branch depends on the data. A translation
+    registered for the op gives a faster graph and wins over this one.
+    """
+    rows = torch.arange(input.shape[0], device=input.device).unsqueeze(-1)
+    ends = offs.to(torch.int64)
+    out = input.new_zeros(input.shape[0], weight.shape[2])
+    start = torch.zeros((), dtype=torch.int64, device=input.device)
+    for group in range(weight.shape[0]):
+        end = ends[group]
+        in_group = (rows >= start) & (rows < end)
+        out = torch.where(in_group, input @ weight[group], out)
+        start = end
+    return out
+
+
+#: Library ops whose implementation branches on tensor values (so tracing it fails), each
+#: with an equivalent written without such branches, keyed by qualified name.
+_BRANCH_FREE_IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
+    "transformers::grouped_mm_fallback": _grouped_mm_by_group_masks,
+}
+
+
+def traceable_implementation(op: Any) -> tuple[Callable[..., Any], str] | None:
+    """A custom op's implementation in torch ops and what it is, or None when it has none.
+
+    Only ops outside aten and prims qualify: torch's own ops are decomposed by its table.
+    """
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace in ("aten", "prims"):
+        return None
+    qualified = f"{op.namespace}::{op._opname}"
+    branch_free = _BRANCH_FREE_IMPLEMENTATIONS.get(qualified)
+    if branch_free is not None:
+        return branch_free, "a branch-free equivalent of its implementation"
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(qualified)
+    if opdef is not None:
+        kernel = opdef._backend_fns.get("cpu") or opdef._backend_fns.get(None) or opdef._init_fn
+        if kernel is not None:
+            return kernel, "its Python implementation"
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+        return op.decompose, "its CompositeImplicitAutograd kernel"
+    return None
+
+
+class _TracedImplementationFailed(Exception):
+    """Marks the error a custom op's implementation raised while being traced."""
+
+    def __init__(self, op: Any, cause: BaseException) -> None:
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        super().__init__(f"{type(cause).__name__}: {first_line}")
+        self.op = op
+
+
+def _traced(op: Any, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return kernel(*args, **kwargs)
+        except Exception as exc:
+            raise _TracedImplementationFailed(op, exc) from exc
+
+    return run
+
+
+def traced_custom_ops(
+    program: torch.export.ExportedProgram, registry: Registry
+) -> dict[Any, tuple[Callable[..., Any], str]]:
+    """The untranslated custom ops of the program that can be traced through, with how."""
+    found = {}
+    for node, target in fx_targets(program.graph_module):
+        if target in found or lookup_for_node(registry, node, target) is not None:
+            continue
+        implementation = traceable_implementation(target)
+        if implementation is not None:
+            found[target] = implementation
+    return found
+
+
+def _failed_trace(exc: BaseException) -> _TracedImplementationFailed | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, _TracedImplementationFailed):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -73,30 +176,69 @@ def needs_decomposition(program: torch.export.ExportedProgram, registry: Registr
 
 
 def decompose(
-    program: torch.export.ExportedProgram, registry: Registry
+    program: torch.export.ExportedProgram,
+    registry: Registry,
+    notes: list[str] | None = None,
+    untraceable: dict[str, str] | None = None,
 ) -> tuple[torch.export.ExportedProgram, str | None]:
-    """Returns the program to translate and the reason decomposition ran (None: skipped)."""
+    """Returns the program to translate and the reason decomposition ran (None: skipped).
+
+    Each custom op traced through its implementation gets a line in ``notes`` and the log. One
+    whose implementation cannot be traced stays in the program, so the translation step lists
+    it with every other op that has no translation; ``untraceable`` gets its name and why."""
     reason = needs_decomposition(program, registry)
     if reason is None:
         return program, None
-    try:
-        from exporter._capture import _size_oblivious
-        from exporter._flags import onnx_export_flag
-        from exporter.ops._fake_kernels import installed as fake_kernels_installed
+    traced = traced_custom_ops(program, registry)
+    while True:
+        table = decomposition_table(registry)
+        if traced:
+            table = {**table, **{op: _traced(op, kernel) for op, (kernel, _) in traced.items()}}
+        try:
+            decomposed = _run_decompositions(program, table)
+            break
+        except Exception as exc:
+            failed = _failed_trace(exc)
+            if failed is None:
+                raise _decomposition_error(exc, reason) from exc
+            how = traced.pop(failed.op)[1]
+            why = (
+                f"tracing it through {how} failed ({failed}): its implementation cannot be "
+                f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
+                f"not written in torch ops)"
+            )
+            logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
+            if untraceable is not None:
+                untraceable[_metadata.target_name(failed.op)] = why
+    for op, (_, how) in traced.items():
+        note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
+        logging.getLogger("exporter").info(note)
+        if notes is not None:
+            notes.append(note)
+    return decomposed, reason
 
-        # The re-trace runs op kernels on fake tensors again: the kernels torch lacks
-        # (ops/_fake_kernels.py) and those that behave differently while we export (the
-        # recurrent ops' shape kernels, ops/recurrent.py) must be there as during capture.
-        with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
-            return program.run_decompositions(decomposition_table(registry)), reason
-    except Exception as exc:
-        remedy = (
-            "; a program whose ops all have translations skips this step, so registering one "
-            "with export(..., custom_translation_table={op_overload: fn}) avoids it"
-            if reason.endswith(_NO_TRANSLATION)
-            else "; write the in-place op out of place in the model to avoid this step"
-        )
-        raise DecompositionError(
-            f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because "
-            f"{reason}{remedy}."
-        ) from exc
+
+def _run_decompositions(
+    program: torch.export.ExportedProgram, table: dict[Any, Any]
+) -> torch.export.ExportedProgram:
+    from exporter._capture import _size_oblivious
+    from exporter._flags import onnx_export_flag
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    # The re-trace runs op kernels on fake tensors again: the kernels torch lacks
+    # (ops/_fake_kernels.py) and those that behave differently while we export (the
+    # recurrent ops' shape kernels, ops/recurrent.py) must be there as during capture.
+    with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
+        return program.run_decompositions(table)
+
+
+def _decomposition_error(exc: BaseException, reason: str) -> DecompositionError:
+    remedy = (
+        "; a program whose ops all have translations skips this step, so registering one "
+        "with export(..., custom_translation_table={op_overload: fn}) avoids it"
+        if reason.endswith(_NO_TRANSLATION)
+        else "; write the in-place op out of place in the model to avoid this step"
+    )
+    return DecompositionError(
+        f"run_decompositions failed ({type(exc).__name__}: {exc}). It ran because {reason}{remedy}."
+    )

@@ -7,7 +7,7 @@ import gc
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,13 @@ def _stale_data_file(destination: Path) -> Path | None:
 
 def _to_numpy(x: Any) -> np.ndarray:
     return _dtypes.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def has_no_data(tensor: torch.Tensor) -> bool:
+    """A tensor with a shape and no data: on the meta device, or a fake tensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return tensor.is_meta or isinstance(tensor, FakeTensor)
 
 
 class PlannedInput:
@@ -249,13 +256,19 @@ class ONNXProgram:
         include_initializers: bool = True,
         keep_initializers_as_inputs: bool = False,
         external_data: bool | None = None,
+        weights: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
     ) -> None:
         """Write the model. ``external_data=None`` switches to a ``.data`` file for big models.
 
         ``include_initializers=False`` leaves the weights out and makes them graph inputs, so
-        the file is still a valid model that takes its weights at run time.
+        the file is still a valid model that takes its weights at run time. ``weights`` (a
+        state dict, or a safetensors file or folder) is applied first, as by
+        :meth:`apply_weights`: weights from files are streamed into the ``.data`` file one
+        tensor at a time.
         """
         destination = Path(destination)
+        if weights is not None:
+            self.apply_weights(weights)
         if include_initializers:
             self._require_weights(f"save {destination} with its weights")
         if not destination.parent.exists():
@@ -496,57 +509,159 @@ class ONNXProgram:
         return _dtypes.run_session(session, self._feeds(session, args, kwargs))
 
     # --------------------------------------------------------------- weights
-    def apply_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replace initializer data by name (e.g. real weights after a fake-weight export).
+    def apply_weights(
+        self,
+        weights: Mapping[str, torch.Tensor] | str | os.PathLike,
+        *,
+        strict: bool = True,
+    ) -> None:
+        """Replace initializer data by name (e.g. real weights after a meta-device export).
 
-        A weight whose shape or dtype differs from the exported one is an error naming it: the
-        graph was built for the exported shapes and types.
+        ``weights`` is a state dict, or a safetensors file or a folder of them
+        (``*.safetensors``, as checkpoints are sharded). Tensors from files are not read here:
+        each is read when the model is saved or run, one at a time, so memory holds about one
+        tensor rather than the model. A tied weight may come under any of its names.
+
+        Every weight is checked before any is changed, and a bad one is an error naming it:
+        a shape or dtype other than the exported one; with ``strict`` (the default) also a
+        name the model has no weight of, and a weight still without data (on the meta device)
+        that the given weights leave out. ``strict=False`` skips unknown names with a warning
+        and leaves missing weights for a later call (running or saving still names them).
         """
-        import warnings
+        from exporter._errors import InvalidExportArgumentsError
 
-        from exporter import _dtypes
+        plan, unknown = self._weights_plan(_weight_sources(weights))
+        if unknown:
+            shown = _first_names(unknown)
+            if strict:
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: the exported model has no weight named {shown}; pass the "
+                    f"weights of the exported model, or strict=False to skip names it lacks"
+                )
+            import warnings
+
+            warnings.warn(f"apply_weights: no weight named {shown}; skipped", stacklevel=2)
+        if strict:
+            left_out = [name for name in self.meta_weights() if name not in plan]
+            if left_out:
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: the weights leave out {_first_names(left_out)}, which the "
+                    f"model has no data for (exported on the meta device){self._buffer_hint(left_out)}"
+                    f"; pass them too, or strict=False to apply these and pass the rest later"
+                )
+        self._set_weights(plan)
+
+    def _weights_plan(
+        self, sources: dict[str, _WeightSource]
+    ) -> tuple[dict[str, _WeightSource], list[str]]:
+        """Initializer name -> its new data, and the given names the model has no weight of.
+
+        A name of a weight that the exported program holds but the graph no longer uses (the
+        optimizer dropped it, or it is a tied alias of one used) is not unknown."""
         from exporter._errors import InvalidExportArgumentsError
 
         inits = self.model.graph.initializers
-        replacements = {}
-        for name, tensor in state_dict.items():
-            if name not in inits:
-                warnings.warn(
-                    f"apply_weights: no initializer named {name!r}; skipped", stacklevel=2
-                )
+        aliases = self._weight_aliases()
+        plan: dict[str, _WeightSource] = {}
+        unknown = []
+        for name, source in sources.items():
+            target = name if name in inits else aliases.get(name)
+            if target not in inits:
+                if target is None:
+                    unknown.append(name)
                 continue
-            if not isinstance(tensor, torch.Tensor):
-                raise InvalidExportArgumentsError(
-                    f"apply_weights: {name!r} is a {type(tensor).__name__}, not a tensor"
-                )
-            t = tensor.detach()
-            if t.is_complex():
-                t = torch.view_as_real(t)
-            want = inits[name]
+            want = inits[target]
             want_shape = tuple(want.shape) if want.shape is not None else None
-            if want_shape is not None and tuple(t.shape) != want_shape:
+            if want_shape is not None and source.shape != want_shape:
                 raise InvalidExportArgumentsError(
-                    f"apply_weights: {name!r} has shape {tuple(t.shape)} but the model was "
+                    f"apply_weights: {name!r} has shape {source.shape} but the model was "
                     f"exported with {want_shape}; pass the weights of the exported model"
                 )
-            if want.dtype is not None and _dtypes.to_ir(t.dtype) != want.dtype:
+            if want.dtype is not None and source.dtype != want.dtype:
                 raise InvalidExportArgumentsError(
-                    f"apply_weights: {name!r} has dtype {t.dtype} but the model was exported "
-                    f"with {want.dtype.name}; convert it with .to() first"
+                    f"apply_weights: {name!r} has dtype {source.dtype_name} but the model was "
+                    f"exported with {want.dtype.name}; convert it with .to() first, or export "
+                    f"the model in that dtype"
                 )
-            replacements[name] = t
-        # checked all before changing any, so a bad entry leaves the model as it was
-        for name, t in replacements.items():
-            inits[name].const_value = ir.tensor_adapters.TorchTensor(t.contiguous(), name=name)
+            plan[target] = source
+        return plan, unknown
+
+    def _weight_aliases(self) -> dict[str, str | None]:
+        """Every weight name the exported program knows -> the initializer of the same tensor
+        (tied weights share one), or None where the graph holds none of them."""
+        program = self.exported_program
+        if program is None:
+            return {}
+        inits = self.model.graph.initializers
+        named = {**program.state_dict, **program.constants}
+        by_tensor: dict[int, list[str]] = {}
+        for name, tensor in named.items():
+            by_tensor.setdefault(id(tensor), []).append(name)
+        aliases: dict[str, str | None] = {}
+        for names in by_tensor.values():
+            used = next((n for n in names if n in inits), None)
+            for name in names:
+                aliases[name] = used
+        return aliases
+
+    def _buffer_hint(self, names: Sequence[str]) -> str:
+        if self.exported_program is None:
+            return ""
+        from torch.export import graph_signature as gs
+
+        buffers = [
+            spec.target
+            for spec in self.exported_program.graph_signature.input_specs
+            if spec.kind == gs.InputKind.BUFFER and spec.persistent is False
+        ]
+        left = [name for name in names if name in buffers]
+        if not left:
+            return ""
+        return (
+            f"; {_first_names(left)} are non-persistent buffers, which checkpoints do not "
+            f"hold: compute them (the module builds them in its __init__) and pass them in a "
+            f"state dict"
+        )
+
+    def _set_weights(self, plan: Mapping[str, _WeightSource]) -> None:
+        inits = self.model.graph.initializers
+        for name, source in plan.items():
+            inits[name].const_value = source.tensor(name)
         self.release()
 
+    @contextlib.contextmanager
+    def meta_weights_as_inputs(self) -> Iterator[list[str]]:
+        """Within, the weights without data are graph inputs, so a pass that reads initializers
+        (the optimizer's constant folding) leaves them alone; afterwards they are initializers
+        again, those the pass left unused dropped."""
+        graph = self.model.graph
+        names = self.meta_weights()
+        hidden = [graph.initializers.pop(name) for name in names]
+        # rewrite rules read a value's const_value wherever it is: an input must have none
+        shapes_only = [value.const_value for value in hidden]
+        for value in hidden:
+            value.const_value = None
+        graph.inputs.extend(hidden)
+        try:
+            yield names
+        finally:
+            kept = [v for v in graph.inputs if all(v is not h for h in hidden)]
+            graph.inputs.clear()
+            graph.inputs.extend(kept)
+            outputs = set(graph.outputs)
+            for value, tensor in zip(hidden, shapes_only):
+                value.const_value = tensor
+                if value.uses() or value in outputs:
+                    graph.register_initializer(value)
+
     def meta_weights(self) -> list[str]:
-        """Initializers on the meta device: shapes without data, until apply_weights fills them."""
+        """Initializers on the meta device (or fake tensors of a model built under
+        FakeTensorMode): shapes without data, until apply_weights fills them."""
         return [
             name
             for name, value in self.model.graph.initializers.items()
             if isinstance(value.const_value, ir.tensor_adapters.TorchTensor)
-            and value.const_value.raw.is_meta
+            and has_no_data(value.const_value.raw)
         ]
 
     def _require_weights(self, action: str) -> None:
@@ -563,8 +678,146 @@ class ONNXProgram:
             )
 
     def optimize(self) -> None:
-        """Clean up the graph with onnxscript's optimizer (constant folding, rewrites, CSE)."""
+        """Clean up the graph with onnxscript's optimizer (constant folding, rewrites, CSE).
+
+        Weights still on the meta device take part as inputs: nothing is folded from them."""
         from exporter._passes import optimize
 
-        optimize(self.model)
+        with self.meta_weights_as_inputs():
+            optimize(self.model)
         self.release()
+
+
+def _first_names(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+#: safetensors' dtype names (its header format) as torch dtypes.
+_SAFETENSORS_DTYPES = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+
+class _WeightSource:
+    """One weight to apply: its shape and dtype now, its data when asked for."""
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        torch_dtype: torch.dtype,
+        load: Callable[[], torch.Tensor],
+        lazy: bool,
+    ) -> None:
+        self.shape = shape
+        self.dtype_name = str(torch_dtype)
+        self.dtype = _dtypes.to_ir(torch_dtype)
+        self._load = load
+        self._lazy = lazy
+
+    def tensor(self, name: str) -> ir.TensorProtocol:
+        if not self._lazy:
+            return ir.tensor_adapters.TorchTensor(self._load(), name=name)
+        # read at each use and dropped after it: saving streams the weights one at a time
+        return ir.LazyTensor(
+            lambda: ir.tensor_adapters.TorchTensor(self._load()),
+            dtype=self.dtype,
+            shape=ir.Shape(self.shape),
+            name=name,
+        )
+
+
+def _from_tensor(name: str, tensor: Any) -> _WeightSource:
+    from exporter._errors import InvalidExportArgumentsError
+
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidExportArgumentsError(
+            f"apply_weights: {name!r} is a {type(tensor).__name__}, not a tensor"
+        )
+    t = tensor.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    t = t.contiguous()
+    return _WeightSource(tuple(t.shape), t.dtype, lambda: t, lazy=False)
+
+
+def _from_safetensors(path: Path, name: str, shape: list[int], dtype: str) -> _WeightSource:
+    from exporter._errors import InvalidExportArgumentsError
+
+    if dtype not in _SAFETENSORS_DTYPES:
+        raise InvalidExportArgumentsError(
+            f"apply_weights: {name!r} in {path} is of safetensors dtype {dtype}, which ONNX "
+            f"has no type for"
+        )
+
+    def load() -> torch.Tensor:
+        from safetensors import safe_open
+
+        # opened per tensor: the file's memory map goes with it, so pages of tensors already
+        # written do not pile up in the process
+        with safe_open(str(path), framework="pt") as handle:
+            return handle.get_tensor(name)
+
+    return _WeightSource(tuple(shape), _SAFETENSORS_DTYPES[dtype], load, lazy=True)
+
+
+def _weight_sources(weights: Any) -> dict[str, _WeightSource]:
+    """Name -> weight for a state dict, a safetensors file, or a folder of safetensors files."""
+    from exporter._errors import InvalidExportArgumentsError
+
+    if isinstance(weights, Mapping):
+        return {name: _from_tensor(name, tensor) for name, tensor in weights.items()}
+    if not isinstance(weights, (str, os.PathLike)):
+        raise InvalidExportArgumentsError(
+            f"apply_weights: weights must be a state dict or the path of a safetensors file or "
+            f"folder, not {type(weights).__name__}"
+        )
+    path = Path(weights)
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise InvalidExportArgumentsError(
+                f"apply_weights: folder {path} holds no *.safetensors file"
+            )
+    elif path.is_file():
+        files = [path]
+    else:
+        raise InvalidExportArgumentsError(
+            f"apply_weights: {path} does not exist; pass a safetensors file or a folder of them"
+        )
+    from safetensors import safe_open
+
+    sources: dict[str, _WeightSource] = {}
+    where: dict[str, Path] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                header = {n: handle.get_slice(n) for n in handle.keys()}
+                entries = {n: (s.get_shape(), s.get_dtype()) for n, s in header.items()}
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is named with the reason
+            raise InvalidExportArgumentsError(
+                f"apply_weights: cannot read {file} as safetensors ({type(exc).__name__}: {exc})"
+            ) from exc
+        for name, (shape, dtype) in entries.items():
+            if name in where:
+                raise InvalidExportArgumentsError(
+                    f"apply_weights: {name!r} is in both {where[name]} and {file}; a folder "
+                    f"must hold each weight once"
+                )
+            where[name] = file
+            sources[name] = _from_safetensors(file, name, shape, dtype)
+    return sources
