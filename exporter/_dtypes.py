@@ -114,9 +114,12 @@ TORCH_TO_ML_DTYPES = {
 _ML_DTYPES = {
     np.dtype(ml_type): (dtype, TORCH_TO_IR[dtype]) for dtype, ml_type in TORCH_TO_ML_DTYPES.items()
 }
-#: onnxruntime's Python API takes and returns float8 only as OrtValues of raw bytes.
-_ORT_FLOAT8 = {ml: pair for ml, pair in _ML_DTYPES.items() if ml.itemsize == 1}
-_ORT_FLOAT8_BY_TYPE = {int(onnx_type): dtype for dtype, onnx_type in _ORT_FLOAT8.values()}
+#: onnxruntime's Python API takes and returns these (bfloat16, float8) only as OrtValues of raw
+#: bytes: numpy has no such types, and onnxruntime does not read ml_dtypes arrays.
+_ORT_RAW_BY_TYPE = {int(onnx_type): dtype for dtype, onnx_type in _ML_DTYPES.values()}
+_ORT_RAW_TYPE_NAMES = tuple(
+    f"tensor({str(onnx_type).lower()})" for _, onnx_type in _ML_DTYPES.values()
+)
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -144,9 +147,9 @@ def from_numpy(array: Any) -> torch.Tensor:
 
 
 def run_session(session: Any, feeds: dict[str, np.ndarray]) -> list[torch.Tensor]:
-    """``session.run`` with torch results, float8 inputs and outputs included."""
-    outputs_float8 = any("float8" in o.type for o in session.get_outputs())
-    if not outputs_float8 and not any(a.dtype in _ORT_FLOAT8 for a in feeds.values()):
+    """``session.run`` with torch results, bfloat16 and float8 inputs and outputs included."""
+    raw_outputs = any(o.type in _ORT_RAW_TYPE_NAMES for o in session.get_outputs())
+    if not raw_outputs and not any(a.dtype in _ML_DTYPES for a in feeds.values()):
         return [from_numpy(o) for o in session.run(None, feeds)]
     import onnxruntime as ort
 
@@ -164,7 +167,7 @@ def run_session(session: Any, feeds: dict[str, np.ndarray]) -> list[torch.Tensor
 
 
 def _from_ortvalue(value: Any) -> torch.Tensor:
-    dtype = _ORT_FLOAT8_BY_TYPE.get(value.element_type())
+    dtype = _ORT_RAW_BY_TYPE.get(value.element_type())
     if dtype is None:
         return from_numpy(value.numpy())
     size = value.tensor_size_in_bytes()

@@ -83,6 +83,22 @@ def test_verify_runs_float8_through_onnxruntime_and_finds_it_matches(case):
     assert all(output.ok for output in run.outputs), run.outputs
 
 
+class BFloat16Affine(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 + 1, (x * 3).to(torch.float32)
+
+
+def test_bfloat16_goes_in_and_out_of_call_and_verify():
+    """onnxruntime's Python API reads no numpy bfloat16: __call__ and verify hand it raw
+    bytes, as they do float8."""
+    x = torch.randn(3, 4).to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", exporter.verify.OnnxVerificationWarning)
+        program = exporter.export(BFloat16Affine().eval(), (x,), verify=True)
+    for got, expected in zip(program(x), BFloat16Affine()(x)):
+        _assert_same_bits(got, expected)
+
+
 OVERFLOWING = torch.tensor(
     [1000.0, -1e6, float("inf"), float("-inf"), float("nan"), 0.3, 57344.0, 70000.0, 1e-9, -1e-9]
 )
