@@ -70,6 +70,9 @@ class Progress:
         self.started = clock()
         self._last_line_at = self.started
         self._last_line_done = 0
+        #: When the first case finished: the ETA's rate counts from there, since the time
+        #: before it (collection, worker start-up, first imports) is not spent per case.
+        self._first_done_at: float | None = None
         self._failed_ids: set[str] = set()
 
     def line(self) -> str:
@@ -83,8 +86,11 @@ class Progress:
             parts.append(f"{self.done} cases")
         parts.append(f"{rate:.2g} cases/s" if rate < 10 else f"{rate:.0f} cases/s")
         parts.append(f"{format_duration(elapsed)} elapsed")
-        if self.total and rate > 0:
-            parts.append(f"ETA {format_duration((self.total - self.done) / rate)}")
+        if self.total and self._first_done_at is not None and self.done > 1:
+            since_first = self.clock() - self._first_done_at
+            if since_first > 0:
+                per_case = since_first / (self.done - 1)
+                parts.append(f"ETA {format_duration((self.total - self.done) * per_case)}")
         if self.failed:
             parts.append(f"{self.failed} failed")
         return "[progress] " + " · ".join(parts)
@@ -93,6 +99,8 @@ class Progress:
         self.done += 1
         self.failed += failed
         now = self.clock()
+        if self._first_done_at is None:
+            self._first_done_at = now
         due_cases = self.every_cases > 0 and self.done - self._last_line_done >= self.every_cases
         due_time = self.every_seconds > 0 and now - self._last_line_at >= self.every_seconds
         if due_cases or due_time:

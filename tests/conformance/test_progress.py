@@ -42,7 +42,21 @@ def test_a_line_after_t_seconds_even_between_n_cases():
     assert lines == []
     clock.now += 31
     progress.case_finished(False)
-    assert lines == ["[progress] 2/5000 cases (0.0%) · 0.033 cases/s · 1m01s elapsed · ETA 42h20m"]
+    assert lines == ["[progress] 2/5000 cases (0.0%) · 0.033 cases/s · 1m01s elapsed · ETA 43h02m"]
+
+
+def test_eta_counts_from_the_first_finished_case_not_the_start_up():
+    clock, lines = Clock(), []
+    progress = Progress(every_cases=0, every_seconds=60, write=lines.append, clock=clock)
+    progress.total = 1001
+    clock.now += 80  # collection and worker start-up
+    progress.case_finished(False)
+    assert lines == ["[progress] 1/1001 cases (0.1%) · 0.013 cases/s · 1m20s elapsed"]
+    for _ in range(600):
+        clock.now += 0.1
+        progress.case_finished(False)
+    # 601 done in 2m20s overall, but 0.1 s a case since the first: 400 left take 40 s.
+    assert progress.line().endswith("· 2m20s elapsed · ETA 40s")
 
 
 def test_durations_read_as_hours_minutes_seconds():
