@@ -122,7 +122,9 @@ def export_model(
     path: Path,
     custom_translation_table: dict | None = None,
     capture: str | None = None,
-) -> None:
+) -> list[str]:
+    """Export into ``path``; returns the names of the capture rewrites ours applied (the
+    torchvision-detection patches it picks by default), empty for the other exporters."""
     names = [item.name for item in inputs]
     if exporter_name == "torch-script":
         with warnings.catch_warnings():
@@ -139,7 +141,7 @@ def export_model(
                 do_constant_folding=optimize,
                 verbose=False,
             )
-        return
+        return []
     # ours and torch.onnx's dynamo exporter take the same call.
     request = dict(
         kwargs=kwargs,
@@ -169,6 +171,8 @@ def export_model(
             f"unknown exporter {exporter_name!r}; choose one of ours, torch-dynamo, torch-script"
         )
     program.save(str(path))
+    record = getattr(program, "record", None)
+    return list(getattr(record, "capture_patches", None) or [])
 
 
 def _capture_patch(name: str) -> Callable[[], contextlib.AbstractContextManager]:

@@ -340,7 +340,7 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
         from conformance.exporters import export_model
 
         table = case.custom_translation_table_factory
-        export_model(
+        applied = export_model(
             key.exporter,
             module,
             flat_io.clone_tree(args),
@@ -353,6 +353,8 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
             custom_translation_table=table() if table else None,
             capture=case.capture if ours else None,
         )
+        if applied:
+            outcome.extra["capture_patches"] = applied
         return str(path)
 
     def open_session(path: str):

@@ -172,6 +172,7 @@ def _export(
 ) -> ONNXProgram:
     say = print if verbose else (lambda *a, **k: None)
     patches, patches_note = _capture_patches.resolve(patches, model)
+    record.capture_patches = list(patches)
     if patches_note:
         record.notes.append(patches_note)
         logging.getLogger("exporter").info(patches_note)

@@ -26,6 +26,8 @@ class ExportRecord:
     #: capture attempts: exporter._capture.Attempt objects (strategy, seconds, error, traceback)
     capture_attempts: list[Any] = dataclasses.field(default_factory=list)
     capture_strategy: str | None = None
+    #: names of the model-side capture rewrites capture applied (exporter._capture_patches)
+    capture_patches: list[str] = dataclasses.field(default_factory=list)
     decomposition_reason: str | None = None
     errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     unsupported: list[dict[str, Any]] = dataclasses.field(default_factory=list)

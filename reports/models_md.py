@@ -65,6 +65,12 @@ def node_count(rows: Sequence[CaseResult]) -> str:
     return str(candidates[0].node_count) if candidates else ""
 
 
+def capture_rewrites(row: CaseResult) -> list[str]:
+    """The model-side capture rewrites the export applied (ours picks the torchvision-detection
+    ones by itself), so a reader sees a model passed with them."""
+    return list((row.extra or {}).get("capture_patches") or [])
+
+
 def latency_ratio(rows: Sequence[CaseResult]) -> float | None:
     """Median over case keys of ours' ORT latency divided by torch.onnx's on the same case."""
     by_key = group_by(rows, case_key)
@@ -92,6 +98,7 @@ def models_table(
         return tuple(getattr(row, axis) for axis in axes)
 
     combos = sorted({combo_of(row) for row in columns_from}, key=lambda c: combo_sort_key(c, axes))
+    rewrites = any(capture_rewrites(row) for row in columns_from)
     table = Table(
         [
             "model",
@@ -100,6 +107,7 @@ def models_table(
             *(f"export s ({e})" for e in exporters),
             *(f"nodes ({e})" for e in exporters),
             f"ORT latency {OUR_EXPORTER}/{REFERENCE_EXPORTER}",
+            *(["capture rewrites"] if rewrites else []),
             *extra_headers,
         ]
     )
@@ -114,6 +122,11 @@ def models_table(
             *(export_seconds(by_exporter.get(e, [])) for e in exporters),
             *(node_count(by_exporter.get(e, [])) for e in exporters),
             f"{ratio:.2f}×" if ratio is not None else "",
+            *(
+                [text(", ".join(sorted({n for row in group for n in capture_rewrites(row)})))]
+                if rewrites
+                else []
+            ),
             *extra_cells(group),
         )
     return table

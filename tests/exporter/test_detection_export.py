@@ -152,6 +152,7 @@ def test_fasterrcnn_mobilenet_exports_and_matches_eager():
     assert any(
         "capture_patches=['torchvision-detection'] automatically" in n for n in program.record.notes
     )
+    assert program.record.capture_patches == ["torchvision-detection"]
     # The number of detections is data-dependent: it must stay symbolic in the model.
     assert not isinstance(detection_count_dim(program), int)
     with torch.no_grad():

@@ -606,6 +606,30 @@ def test_summary_gives_each_exporter_static_and_dynamic_per_kind_and_dtype():
     }
 
 
+def test_models_table_names_the_capture_rewrites_an_export_applied():
+    def model_row(model, exporter, extra):
+        return CaseResult(
+            id=f"model::torchvision/{model}::f32::static::opset20::cpu::{exporter}::opt",
+            kind="model", subject=f"torchvision/{model}", family="detection", dtype="f32",
+            shapes="static", opset=20, provider="cpu", exporter=exporter, status="pass",
+            extra=extra,
+        )  # fmt: skip
+
+    rows = [
+        model_row("fcos_resnet50_fpn", "ours", {"capture_patches": ["torchvision-detection"]}),
+        model_row("fcos_resnet50_fpn", "torch-dynamo", {}),
+        model_row("resnet18", "ours", {}),
+    ]
+    table = by(
+        [row for found in tables(render_markdown(rows)["models.md"]) for row in found], "model"
+    )
+    assert table["torchvision/fcos_resnet50_fpn"]["capture rewrites"] == "torchvision-detection"
+    assert table["torchvision/resnet18"]["capture rewrites"] == ""
+    # Without any rewrite in the rows, no such column.
+    plain = tables(render_markdown(rows[2:])["models.md"])
+    assert not any("capture rewrites" in row for found in plain for row in found)
+
+
 # --- triage ---------------------------------------------------------------------------------
 
 
