@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import onnx_ir
 import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
@@ -466,3 +467,20 @@ def test_pattern_exports_and_matches_eager(case: Case, shapes: str):
         check_op(case.fn, case.args, dynamic_shapes=spec, second_args=case.second, **options)
     else:
         check_op(case.fn, case.args, **options)
+
+
+def test_topk_is_emitted_sorted():
+    """transformers sets TopK's sorted=1 after export because ORT's CUDA provider rejects
+    sorted=0; ours emits sorted=1 even for topk(sorted=False), so the graph needs no fix."""
+    program = check_op(_topk_unsorted, (r(3, 7),))
+    topks = [n for n in program.model.graph if n.op_type == "TopK"]
+    assert topks
+    assert all(n.attributes.get_int("sorted", 1) == 1 for n in topks)
+
+
+def test_bf16_convolution_runs_in_float32_below_opset_22():
+    """ONNX Conv takes no bfloat16 before opset 22: ours casts around it, as transformers'
+    FX fix does by hand."""
+    program = check_op(_bf16_causal_conv, (r(1, 4, 8),), opset=20, rtol=2e-2, atol=2e-2)
+    conv = next(n for n in program.model.graph if n.op_type == "Conv")
+    assert conv.inputs[0].dtype == onnx_ir.DataType.FLOAT
