@@ -282,7 +282,7 @@ CASES = [
         (r(5, 6, 2),),
         dims({0: DYN, 1: DYN}),
     ),
-    Case("sdpa_fully_masked_row", _sdpa_masked_rows, _sdpa_inputs(4)),
+    Case("sdpa_fully_masked_row", _sdpa_masked_rows, _sdpa_inputs(4), _sdpa_inputs(6)),
     Case(
         "rms_norm_without_affine",
         _rms_norm_without_affine,
@@ -291,7 +291,14 @@ CASES = [
         dims({0: DYN, 1: DYN}),
     ),
     Case("split_symbolic_size", _split_symbolic, (r(2, 8),), (r(3, 12),)),
-    Case("randperm", _randperm_invariant, (r(6, 3),), options={"atol": 1e-5}),
+    Case(
+        "randperm",
+        _randperm_invariant,
+        (r(6, 3),),
+        (r(9, 3),),
+        dims({0: DYN}),
+        options={"atol": 1e-5},
+    ),
     Case(
         "index_put_every_dim_indexed",
         _index_put_every_dim,
@@ -311,7 +318,14 @@ CASES = [
         dims({0: DYN, 1: 2 * torch.export.Dim("half")}),
     ),
     Case("exp_complex", _exp_complex, (r(3, 4, 2),), (r(5, 6, 2),), dims({0: DYN, 1: DYN})),
-    Case("irfft", _irfft, (r(2, 5, 2),), options={"atol": 1e-4}),
+    Case(
+        "irfft",
+        _irfft,
+        (r(2, 5, 2),),
+        (r(3, 7, 2),),
+        dims({0: DYN, 1: DYN}),
+        options={"atol": 1e-4},
+    ),
     Case("full_int_fill", _full_int, (r(3, 2),), (r(5, 2),), dims({0: DYN})),
     Case(
         "masked_mean",
