@@ -126,23 +126,29 @@ def format_id(kind: str, *parts: object) -> str:
     return "::".join((kind, *map(str, parts)))
 
 
-def parse_id(
-    case_id: str, pattern: re.Pattern, *, what: str, form: str, choices: dict
-) -> dict[str, str]:
-    """The named fields of ``case_id`` matched by ``pattern``, each of ``choices``' keys checked
-    against its allowed values; ValueError naming the part that is wrong (``what`` the id should
-    be, ``form`` its layout and an example)."""
-    match = pattern.match(case_id.strip())
-    if match is None:
-        raise ValueError(f"not {what}: {case_id!r}. Expected {form}.")
-    fields = match.groupdict()
-    for what, allowed in choices.items():
-        if fields[what] not in allowed:
-            raise ValueError(
-                f"unknown {what} {fields[what]!r} in case id {case_id!r}; "
-                f"choose one of {', '.join(allowed)}"
-            )
-    return fields
+@dataclasses.dataclass(frozen=True)
+class IdFormat:
+    """How one kind of case id is written: its ``pattern`` with named fields, what such an id is
+    (``what``), its layout with an example (``form``), and the allowed values of some fields."""
+
+    pattern: re.Pattern
+    what: str
+    form: str
+    choices: dict[str, Any]
+
+    def parse(self, case_id: str) -> dict[str, str]:
+        """The named fields of ``case_id``; ValueError naming the part that is wrong."""
+        match = self.pattern.match(case_id.strip())
+        if match is None:
+            raise ValueError(f"not {self.what}: {case_id!r}. Expected {self.form}.")
+        fields = match.groupdict()
+        for name, allowed in self.choices.items():
+            if fields[name] not in allowed:
+                raise ValueError(
+                    f"unknown {name} {fields[name]!r} in case id {case_id!r}; "
+                    f"choose one of {', '.join(allowed)}"
+                )
+        return fields
 
 
 def stable_hash(text: str) -> int:

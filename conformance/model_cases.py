@@ -30,11 +30,11 @@ from conformance.case import (
     PROVIDERS,
     SHAPES,
     CaseSetupError,
+    IdFormat,
     Prepared,
     StageFailed,
     format_id,
     in_shard,
-    parse_id,
 )
 from exporter.stages import Stage
 
@@ -56,9 +56,15 @@ MAX_DESCRIBED_OUTPUTS = 8
 NOISE_FACTOR = 4.0
 NOISE_RTOL_CAP = 1e-2
 
-_ID_PATTERN = re.compile(
-    r"^model::(?P<model>[^:]+)::(?P<dtype>[^:]+)::(?P<shapes>[^:]+)::opset(?P<opset>\d+)"
-    r"::(?P<provider>[^:]+)::(?P<exporter>[^:]+)::(?P<optimize>opt|noopt)$"
+_ID_FORMAT = IdFormat(
+    re.compile(
+        r"^model::(?P<model>[^:]+)::(?P<dtype>[^:]+)::(?P<shapes>[^:]+)::opset(?P<opset>\d+)"
+        r"::(?P<provider>[^:]+)::(?P<exporter>[^:]+)::(?P<optimize>opt|noopt)$"
+    ),
+    what="a model case id",
+    form="'model::<zoo name>::<dtype>::<static|dynamic>::opset<N>::<provider>::<exporter>::"
+    "<opt|noopt>', for example 'model::torchvision/resnet18::f32::static::opset20::cpu::ours::opt'",
+    choices={"dtype": MODEL_DTYPES, "shapes": SHAPES, "provider": PROVIDERS, "exporter": EXPORTERS},
 )
 
 
@@ -119,20 +125,7 @@ def is_model_id(case_id: str | None) -> bool:
 
 def parse_model_id(case_id: str) -> ModelCaseId:
     """Parse a model case id; raises ValueError naming what is wrong."""
-    fields = parse_id(
-        case_id,
-        _ID_PATTERN,
-        what="a model case id",
-        form="'model::<zoo name>::<dtype>::<static|dynamic>::opset<N>::<provider>::<exporter>::"
-        "<opt|noopt>', for example "
-        "'model::torchvision/resnet18::f32::static::opset20::cpu::ours::opt'",
-        choices={
-            "dtype": MODEL_DTYPES,
-            "shapes": SHAPES,
-            "provider": PROVIDERS,
-            "exporter": EXPORTERS,
-        },
-    )
+    fields = _ID_FORMAT.parse(case_id)
     return ModelCaseId(
         **{**fields, "opset": int(fields["opset"]), "optimize": fields["optimize"] == "opt"}
     )

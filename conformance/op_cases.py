@@ -35,10 +35,10 @@ from conformance.case import (
     PROVIDERS,
     SHAPES,
     TORCH_DTYPE_NAMES,
+    IdFormat,
     Prepared,
     Skip,
     format_id,
-    parse_id,
     stable_hash,
 )
 from conformance.runs import READ_ONLY_ENV
@@ -57,9 +57,15 @@ DEFAULT_INPLACE_SAMPLES = 1
 #: The op cases' comparison policy: per-dtype tolerances, per-op overrides, shape-only ops.
 OP_TOLERANCES_PATH = Path(__file__).with_name("tolerances.toml")
 
-_ID_PATTERN = re.compile(
-    r"^op::(?P<op>[^:]+)::s(?P<sample>\d+)::(?P<dtype>[^:]+)::(?P<shapes>[^:]+)"
-    r"::opset(?P<opset>\d+)::(?P<provider>[^:]+)::(?P<exporter>[^:]+)$"
+_ID_FORMAT = IdFormat(
+    re.compile(
+        r"^op::(?P<op>[^:]+)::s(?P<sample>\d+)::(?P<dtype>[^:]+)::(?P<shapes>[^:]+)"
+        r"::opset(?P<opset>\d+)::(?P<provider>[^:]+)::(?P<exporter>[^:]+)$"
+    ),
+    what="an op case id",
+    form="'op::<op>::s<NNN>::<dtype>::<static|dynamic>::opset<N>::<provider>::<exporter>', "
+    "for example 'op::abs::s000::f32::static::opset20::cpu::ours'",
+    choices={"dtype": DTYPES, "shapes": SHAPES, "provider": PROVIDERS, "exporter": EXPORTERS},
 )
 
 
@@ -144,14 +150,7 @@ class OpCase:
 
 def parse_case_id(case_id: str) -> OpCase:
     """Parse an op case id; raises ValueError naming the part that is wrong."""
-    fields = parse_id(
-        case_id,
-        _ID_PATTERN,
-        what="an op case id",
-        form="'op::<op>::s<NNN>::<dtype>::<static|dynamic>::opset<N>::<provider>::<exporter>', "
-        "for example 'op::abs::s000::f32::static::opset20::cpu::ours'",
-        choices={"dtype": DTYPES, "shapes": SHAPES, "provider": PROVIDERS, "exporter": EXPORTERS},
-    )
+    fields = _ID_FORMAT.parse(case_id)
     return OpCase(**{**fields, "sample": int(fields["sample"]), "opset": int(fields["opset"])})
 
 
