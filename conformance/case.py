@@ -16,6 +16,7 @@ reprs, so they stay stable and greppable across runs and machines.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Callable
@@ -126,15 +127,61 @@ def format_id(kind: str, *parts: object) -> str:
     return "::".join((kind, *map(str, parts)))
 
 
+#: Id fields that are numbers, and the allowed values of the axes every kind of case shares.
+_NUMERIC_ID_FIELDS = frozenset({"sample", "opset"})
+_ID_SLOT = r"\{(\w+)\}"
+_DIGITS, _TEXT = r"\d+", "[^:]+"
+_ID_CHOICES = {
+    "shapes": SHAPES,
+    "provider": PROVIDERS,
+    "exporter": EXPORTERS,
+    "optimize": ("opt", "noopt"),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class IdFormat:
-    """How one kind of case id is written: its ``pattern`` with named fields, what such an id is
-    (``what``), its layout with an example (``form``), and the allowed values of some fields."""
+    """How one kind of case id is written: a ``template`` with ``{field}`` slots (a field is
+    text without ``:``, digits for ``sample`` and ``opset``), what such an id is, an example,
+    and the dtypes the kind runs in; the shared axes' allowed values come from ``_ID_CHOICES``."""
 
-    pattern: re.Pattern
+    template: str
     what: str
-    form: str
-    choices: dict[str, Any]
+    example: str
+    dtypes: tuple[str, ...]
+
+    @property
+    def fields(self) -> list[str]:
+        return re.findall(_ID_SLOT, self.template)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern:
+        parts = re.split(_ID_SLOT, self.template)
+        regex = "".join(
+            f"(?P<{part}>{_DIGITS if part in _NUMERIC_ID_FIELDS else _TEXT})"
+            if i % 2
+            else re.escape(part)
+            for i, part in enumerate(parts)
+        )
+        return re.compile(f"^{regex}$")
+
+    @property
+    def choices(self) -> dict[str, tuple[str, ...]]:
+        table = {"dtype": self.dtypes, **_ID_CHOICES}
+        return {name: table[name] for name in self.fields if name in table}
+
+    @property
+    def form(self) -> str:
+        """The layout for an error message: ``<field>``, or ``<a|b>`` for a field of few values."""
+
+        def slot(match: re.Match) -> str:
+            allowed = self.choices.get(match.group(1))
+            return (
+                f"<{'|'.join(allowed)}>" if allowed and len(allowed) == 2 else f"<{match.group(1)}>"
+            )
+
+        layout = re.sub(_ID_SLOT, slot, self.template)
+        return f"'{layout}', for example '{self.example}'"
 
     def parse(self, case_id: str) -> dict[str, str]:
         """The named fields of ``case_id``; ValueError naming the part that is wrong."""
