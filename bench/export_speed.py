@@ -1,15 +1,16 @@
 """Export speed: ours against torch.onnx (dynamo and TorchScript), side by side, warm and cold.
 
     python bench/export_speed.py [--tier default] [--models a,b] [--shapes static,dynamic]
-                                 [--repeats 3] [--no-cold]
+                                 [--repeats 3] [--warmup-once] [--no-cold | --cold-models a,b]
 
 Models are the zoo's torchvision and transformers cases of the tier (synthetic ones only when
 named). For each model and shape mode:
 
 - warm: the median of ``--repeats`` exports in this process after one warm-up export, the
-  exporters interleaved so machine load falls on all alike;
+  exporters interleaved so machine load falls on all alike (``--warmup-once``: the warm-up
+  runs before the first model only, which halves a whole-tier run on a loaded machine);
 - cold: the first export in a fresh Python process, with the imports timed apart (what a CLI
-  user pays once), and that process's peak RSS.
+  user pays once), and that process's peak RSS (``--cold-models``: for those models only).
 
 TorchScript (``torch.onnx.export(dynamo=False)``) runs for static shapes, where it exports.
 Ours gets a per-stage breakdown (capture, decomposition, translation, optimize, serialize).
@@ -112,6 +113,10 @@ def _cold_child(name: str, case_name: str, shapes: str) -> int:
     return 0
 
 
+def _load() -> str:
+    return "/".join(f"{value:.2f}" for value in os.getloadavg()) + " (1/5/15 min)"
+
+
 def _median(values):
     return statistics.median(values) if values else float("nan")
 
@@ -125,6 +130,14 @@ def main() -> int:
     parser.add_argument("--shapes", default="static,dynamic")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-cold", action="store_true", help="skip the fresh-process exports")
+    parser.add_argument(
+        "--cold-models",
+        default="",
+        help="comma-separated: the fresh-process exports only for these",
+    )
+    parser.add_argument(
+        "--warmup-once", action="store_true", help="warm each exporter up on the first model only"
+    )
     options = parser.parse_args()
 
     import torch
@@ -136,9 +149,10 @@ def main() -> int:
     else:
         cases = [c for c in model_zoo.cases(options.tier) if c.family.startswith(BENCH_FAMILIES)]
     shape_modes = options.shapes.split(",")
+    cold_models = set(filter(None, options.cold_models.split(",")))
     print(
         f"torch {torch.__version__}; warm: median of {options.repeats} in one process; "
-        f"cold: first export in a fresh process; seconds; load average {os.getloadavg()[0]:.2f}"
+        f"cold: first export in a fresh process; seconds; load average {_load()}"
     )
     print(
         f"{'model':34s} {'shapes':7s} {'ours':>7s} {'dynamo':>7s} {'tscript':>7s} "
@@ -146,6 +160,7 @@ def main() -> int:
         f"{'imports':>7s} {'rss MiB':>7s} | " + " ".join(f"{s[:9]:>9s}" for s in STAGES)
     )
     warm_ratios, warm_ts_ratios, cold_ts_ratios = [], [], []
+    warmed: set[str] = set()
     for case in cases:
         for shapes in shape_modes:
             if shapes == "dynamic" and not case.dynamic_shapes:
@@ -154,8 +169,9 @@ def main() -> int:
             stage_rows: list[dict] = []
             failed: dict[str, str] = {}
             for name in EXPORTERS:  # warm-up: imports, caches, first-call compilation
-                if not _applies(name, shapes):
+                if not _applies(name, shapes) or (options.warmup_once and name in warmed):
                     continue
+                warmed.add(name)
                 try:
                     _export(name, case, shapes)
                 except Exception as error:
@@ -164,7 +180,11 @@ def main() -> int:
                 for name in EXPORTERS:
                     if name in failed or not _applies(name, shapes):
                         continue
-                    seconds, stages = _export(name, case, shapes)
+                    try:  # with --warmup-once, this is the first export of this model
+                        seconds, stages = _export(name, case, shapes)
+                    except Exception as error:
+                        failed[name] = f"{type(error).__name__}"
+                        continue
                     warm[name].append(seconds)
                     if stages:
                         stage_rows.append(stages)
@@ -177,7 +197,7 @@ def main() -> int:
             if warm["torchscript"]:
                 warm_ts_ratios.append(ours / tscript)
             cold_cells = f"{'':>9s} {'':>7s} {'':>5s} {'':>7s} {'':>7s}"
-            if not options.no_cold:
+            if not options.no_cold and (not cold_models or case.name in cold_models):
                 mine = cold("ours", case.name, shapes)
                 theirs = (
                     cold("torchscript", case.name, shapes)
@@ -225,7 +245,7 @@ def main() -> int:
             f"median cold ratio ours/TorchScript (first export in a fresh process): "
             f"{_median(cold_ts_ratios):.2f} over {len(cold_ts_ratios)} exports (target <= 1.0)"
         )
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    print(f"load average at the end: {_load()}")
     return 0
 
 
