@@ -4,6 +4,11 @@ libraries left unimported until an export needs them."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -102,3 +107,37 @@ def test_an_eval_mode_in_place_dropout_forces_no_decomposition():
 def test_a_training_mode_in_place_dropout_still_decomposes():
     program = exporter.export(_InPlaceDropoutHead().train(), (torch.randn(2, 2, 4),))
     assert "mutates" in program.record.decomposition_reason
+
+
+_HEAVY = ("onnxruntime", "transformers", "torchvision", "onnxscript")
+
+_IMPORTED_AFTER = """
+import json, sys
+import exporter
+seen = {"import exporter": [m for m in HEAVY if m in sys.modules]}
+import torch
+exporter.export
+seen["exporter.export"] = [m for m in HEAVY if m in sys.modules]
+exporter.export(torch.nn.ReLU(), (torch.randn(2),), optimize=False)
+seen["an unoptimized export"] = [m for m in HEAVY if m in sys.modules]
+exporter.export(torch.nn.ReLU(), (torch.randn(2),))
+seen["an optimized export"] = [m for m in HEAVY if m in sys.modules]
+print(json.dumps(seen))
+"""
+
+
+def test_heavy_libraries_load_only_when_an_export_needs_them():
+    completed = subprocess.run(
+        [sys.executable, "-c", f"HEAVY = {_HEAVY!r}" + _IMPORTED_AFTER],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],  # this checkout's exporter
+    )
+    seen = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert seen["import exporter"] == []
+    assert seen["exporter.export"] == []
+    assert seen["an unoptimized export"] == []
+    # The optimizer is onnxscript's; onnxruntime stays out until someone runs the model.
+    assert seen["an optimized export"] == ["onnxscript"]
