@@ -141,3 +141,30 @@ def test_heavy_libraries_load_only_when_an_export_needs_them():
     assert seen["an unoptimized export"] == []
     # The optimizer is onnxscript's; onnxruntime stays out until someone runs the model.
     assert seen["an optimized export"] == ["onnxscript"]
+
+
+def test_a_llama_given_position_ids_translates_diff_and_skips_decomposition():
+    """transformers' packed-sequence check runs ``torch.diff`` on ``position_ids``: with it
+    translated, the decoder keeps off the whole-graph re-trace."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids, positions = torch.randint(0, 128, (1, 8)), torch.arange(8).unsqueeze(0)
+    kwargs = {"position_ids": positions, "use_cache": False}
+    program = exporter.export(model, (ids,), kwargs=kwargs)
+    captured = {node.target for node in program.record.captured_program.graph.nodes}
+    assert torch.ops.aten.diff.default in captured
+    assert program.record.decomposition_reason is None
+    with torch.no_grad():
+        expected = model(ids, **kwargs).logits
+    got = torch.as_tensor(program(ids, **kwargs)[0])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
