@@ -146,19 +146,12 @@ def test_heavy_libraries_load_only_when_an_export_needs_them():
 def test_a_llama_given_position_ids_translates_diff_and_skips_decomposition():
     """transformers' packed-sequence check runs ``torch.diff`` on ``position_ids``: with it
     translated, the decoder keeps off the whole-graph re-trace."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids, positions = torch.randint(0, 128, (1, 8)), torch.arange(8).unsqueeze(0)
+    pytest.importorskip("transformers")
+    from tests.exporter.test_kv_cache import _llama
+
+    model = _llama()
+    ids = torch.randint(0, model.config.vocab_size, (1, 8))
+    positions = torch.arange(8).unsqueeze(0)
     kwargs = {"position_ids": positions, "use_cache": False}
     program = exporter.export(model, (ids,), kwargs=kwargs)
     captured = {node.target for node in program.record.captured_program.graph.nodes}
