@@ -488,6 +488,8 @@ def diff(ctx, self, n=1, dim=-1, prepend=None, append=None):
     decomposing it would cost. Slice clamps, so ``n`` past the length gives an empty axis as in
     torch."""
     out = ctx.out_dtype
+    if n == 0:  # torch returns the input as it is, prepend and append ignored
+        return ctx.op.Identity(ctx.cast(self, out))
     ax = nx.axis(dim, ctx.rank(self))
     parts = [ctx.cast(t, out) for t in (prepend, self, append) if t is not None]
     x = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=ax)
@@ -495,7 +497,7 @@ def diff(ctx, self, n=1, dim=-1, prepend=None, append=None):
         later = ctx.op.Slice(x, [1], [L.INT64_MAX], [ax])
         earlier = ctx.op.Slice(x, [0], [-1], [ax])
         x = ctx.op.Xor(later, earlier) if out == torch.bool else call(ctx, "Sub", later, earlier)
-    return ctx.op.Identity(x) if x is self else x
+    return x
 
 
 def _scan_ready(ctx, self, dim, out):

@@ -25,6 +25,12 @@ DIFF_CASES = [
     ("n_past_length", lambda x: torch.diff(x, n=4, dim=1), (r(2, 3),), None),
     ("n0", lambda x: torch.diff(x, n=0), (r(2, 3),), None),
     (
+        "n0_ignores_prepend_append",
+        lambda x, p, a: torch.diff(x, n=0, dim=0, prepend=p, append=a),
+        (r(5, 5), r(1, 5), r(2, 5)),
+        None,
+    ),
+    (
         "prepend_append",
         lambda x, p, a: torch.diff(x, dim=1, prepend=p, append=a),
         (r(3, 4), r(3, 1), r(3, 2)),
@@ -61,7 +67,7 @@ def test_diff_matches_eager_without_decomposition(fn, args, second):
 
 
 def test_diff_with_a_dynamic_prepend_matches_eager():
-    fn = DIFF_CASES[4][1]
+    fn = next(case[1] for case in DIFF_CASES if case[0] == "prepend_append")
     x, p, a = r(3, 4), r(3, 1), r(3, 2)
     check_op(
         fn,
