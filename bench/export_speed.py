@@ -94,9 +94,21 @@ def cold(name: str, case_name: str, shapes: str) -> dict:
     return json.loads(lines[-1])
 
 
-def _cold_child(name: str, case_name: str, shapes: str) -> int:
+def _peak_rss_kib() -> float:
+    """This process's own peak RSS. Linux keeps ``ru_maxrss`` across fork and exec, so in a
+    child it is at least the bench's RSS when it forked; VmHWM is the new image's alone."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1])
+    except OSError:
+        pass
     import resource
 
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _cold_child(name: str, case_name: str, shapes: str) -> int:
     start = time.perf_counter()
     import torch  # noqa: F401
 
@@ -106,7 +118,7 @@ def _cold_child(name: str, case_name: str, shapes: str) -> int:
     case = model_zoo.get(case_name)
     imported = time.perf_counter()
     seconds, _ = _export(name, case, shapes)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = _peak_rss_kib()
     print(
         json.dumps(
             {"imports": imported - start, "export": seconds, "peak_rss_mib": peak_kib / 1024}
