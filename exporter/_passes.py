@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from exporter import _dtypes, _fusions
+from exporter import _dtypes
 
 
 def finalize(model: ir.Model) -> None:
@@ -41,7 +41,11 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     Model-local functions are kept (not inlined) when ``keep_functions`` is true; by default
     they are kept whenever the model has any, since someone asked for them.
     """
+    # onnxscript (its optimizer and rewriter, ~1 s to import) loads with the first optimized
+    # export, not with the exporter: an export with optimize=False never needs it.
     import onnxscript.optimizer
+
+    from exporter import _fusions
 
     if keep_functions is None:
         keep_functions = bool(model.functions)
