@@ -35,15 +35,25 @@ class GreedyCheck:
 
 def empty_cache_like(cache: Any, batch: int | None = None) -> Any:
     """A cache of ``cache``'s layout (layer types, heads, head size) holding no tokens, for a
-    prefill through a graph whose past length is an input; ``batch`` rows (default: as given)."""
+    prefill through a graph whose past length is an input; ``batch`` rows (default: as given).
+    A StaticCache keeps its full length, zeros, with its write position at 0."""
     _caches.register()
     leaves, spec = pytree.tree_flatten(cache)
-    if not leaves or not all(isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 for leaf in leaves):
+    tensors = leaves[:-1] if _caches.is_static(cache) else leaves
+    if not tensors or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in tensors):
         raise ValueError(
             f"{type(cache).__name__} does not flatten to key/value tensors; pass a filled "
-            "transformers DynamicCache to copy the layout from"
+            "transformers DynamicCache or StaticCache to copy the layout from"
         )
     rows = leaves[0].shape[0] if batch is None else batch
+    if _caches.is_static(cache):  # full-length tensors, nothing written: position 0
+        empty = [
+            torch.zeros_like(leaf[:1]).expand(rows, *leaf.shape[1:]).contiguous()
+            if leaf.dim()
+            else torch.zeros_like(leaf)
+            for leaf in leaves
+        ]
+        return pytree.tree_unflatten(empty, spec)
     empty = [
         leaf[:1].expand(rows, *leaf.shape[1:]).narrow(-2, 0, 0).contiguous() for leaf in leaves
     ]
