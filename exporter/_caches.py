@@ -6,7 +6,11 @@ cache module is loaded; it is never imported here) so that a ``DynamicCache`` fl
 tensors, layer by layer, key before value, and rebuilds from them. The graph's inputs and
 outputs for those tensors take the names optimum and onnxruntime-genai use:
 ``past_key_values.<layer>.key`` / ``.value`` in, ``present.<layer>.key`` / ``.value`` out
-(``.decoder`` / ``.encoder`` before the kind for an ``EncoderDecoderCache``).
+(``.decoder`` / ``.encoder`` before the kind for an ``EncoderDecoderCache``). A mamba layer
+(``LinearAttentionLayer``, in the DynamicCache mamba, mamba2 and falcon_mamba pass as
+``cache_params``) holds its convolution window and SSM state instead: ``cache_params.<layer>.conv``
+and ``.ssm`` in, ``present.<layer>.conv`` and ``.ssm`` out. Such a layer holding state takes
+mamba's one-token decode path, so its graph is a decode step (sequence 1).
 
 A ``StaticCache`` flattens to each layer's preallocated, full-length keys and values (same
 names) and one write position, ``past_key_values.cache_position`` in and
@@ -36,6 +40,8 @@ from exporter._errors import InvalidExportArgumentsError
 
 _CACHE_MODULE = "transformers.cache_utils"
 KINDS = ("key", "value")
+#: The two states of a linear-attention (mamba) layer: its convolution window and its SSM state.
+LINEAR_KINDS = ("conv", "ssm")
 #: cumulative_length of a sliding layer rebuilt with a full window, which may have slid.
 _UNKNOWN_LENGTH = -1
 
@@ -58,7 +64,12 @@ class LayerEntry(pytree.MappingKey):
 
     def get(self, cache: Any) -> torch.Tensor:
         layer = cache.layers[self.layer]
-        return layer.keys if self.kind == "key" else layer.values
+        return {
+            "key": lambda: layer.keys,
+            "value": lambda: layer.values,
+            "conv": lambda: layer.conv_states[0],
+            "ssm": lambda: layer.recurrent_states[0],
+        }[self.kind]()
 
 
 def _layer_entry(layer: int, kind: str) -> LayerEntry:
@@ -108,6 +119,16 @@ def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
     kind = type(layer)
     if kind is module.DynamicLayer:
         return "full", None
+    if kind is module.LinearAttentionLayer:
+        if layer.number_of_states != 1 or layer.record_past:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} is a LinearAttentionLayer with "
+                f"{layer.number_of_states} states"
+                + (" recording its past" if layer.record_past else "")
+                + "; the exporter flattens one conv state and one SSM state per layer (mamba's "
+                "cache), not recorded pasts. Pass a cache a plain forward has filled."
+            )
+        return "linear", None
     if kind is module.DynamicSlidingWindowLayer:
         stored = 0 if layer.keys is None else layer.keys.shape[-2]
         seen = layer.cumulative_length
@@ -129,8 +150,9 @@ def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
         return "sliding", int(layer.sliding_window)
     raise InvalidExportArgumentsError(
         f"{type(cache).__name__} layer {index} is a {kind.__name__}, whose state is more than "
-        f"its key and value tensors; the exporter flattens DynamicLayer and "
-        f"DynamicSlidingWindowLayer layers only. Use a DynamicCache of those."
+        f"its key and value tensors; the exporter flattens DynamicLayer, "
+        f"DynamicSlidingWindowLayer and LinearAttentionLayer layers only. Use a DynamicCache "
+        f"of those."
     )
 
 
@@ -144,12 +166,21 @@ def _flatten_dynamic(cache: Any) -> tuple[list[tuple[LayerEntry, torch.Tensor]],
     layout = []
     for index, layer in enumerate(cache.layers):
         kind, window = _layer_state(cache, index, layer)
-        filled = layer.keys is not None and layer.is_initialized
+        if kind == "linear":
+            filled = bool(layer.has_previous_state[0] and layer.is_recurrent_states_initialized[0])
+            tensors = (layer.conv_states[0], layer.recurrent_states[0])
+        else:
+            filled = layer.keys is not None and layer.is_initialized
+            tensors = (layer.keys, layer.values)
         layout.append((kind, window, filled))
         if filled:
-            children.append((_layer_entry(index, "key"), layer.keys))
-            children.append((_layer_entry(index, "value"), layer.values))
+            for name, tensor in zip(_kinds_of(kind), tensors):
+                children.append((_layer_entry(index, name), tensor))
     return children, tuple(layout)
+
+
+def _kinds_of(layer_kind: str) -> tuple[str, str]:
+    return LINEAR_KINDS if layer_kind == "linear" else KINDS
 
 
 def _unflatten_dynamic(values: Any, layout: Any) -> Any:
@@ -157,6 +188,12 @@ def _unflatten_dynamic(values: Any, layout: Any) -> Any:
     values = list(values)
     layers = []
     for kind, window, filled in layout:
+        if kind == "linear":
+            layer = module.LinearAttentionLayer()
+            if filled:
+                _fill_linear(layer, values.pop(0), values.pop(0))
+            layers.append(layer)
+            continue
         if kind == "sliding":
             layer = module.DynamicSlidingWindowLayer(sliding_window=window)
         else:
@@ -304,6 +341,17 @@ def _is_traced(value: Any) -> bool:
     )
 
 
+def _fill_linear(layer: Any, conv: torch.Tensor, ssm: torch.Tensor) -> None:
+    """Hold copies of the states: a linear-attention layer overwrites them in place, which must
+    not write into the graph's inputs (nor, eagerly, a caller's tensors). A layer holding state
+    takes mamba's one-token decode path."""
+    layer.dtype, layer.device = conv.dtype, conv.device
+    layer.conv_states[0], layer.recurrent_states[0] = conv.clone(), ssm.clone()
+    layer.conv_kernel_size[0] = conv.shape[-1]
+    layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+    layer.has_previous_state[0] = True
+
+
 # --- EncoderDecoderCache -----------------------------------------------------------------------
 
 
@@ -426,9 +474,9 @@ def _child_keys(spec: pytree.TreeSpec) -> list[Any]:
     count = len(spec.children())
     if spec.type is _dynamic_class():
         keys = []
-        for index, (_kind, _window, filled) in enumerate(spec.context):
+        for index, (layer_kind, _window, filled) in enumerate(spec.context):
             if filled:
-                keys += [_layer_entry(index, kind) for kind in KINDS]
+                keys += [_layer_entry(index, kind) for kind in _kinds_of(layer_kind)]
         return keys
     if spec.type is _static_class():
         layers = len(spec.context)

@@ -94,14 +94,34 @@ class CausalLMWithCache(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
     ) -> tuple[torch.Tensor, Any]:
+        return self._step(input_ids, attention_mask, "past_key_values", past_key_values)
+
+    def _step(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, argument: str, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
         output = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **{argument: cache},
             use_cache=True,
             return_dict=True,
         )
-        return output.logits, output.past_key_values
+        return output.logits, getattr(output, argument)
+
+
+class StateSpaceLMWithCache(CausalLMWithCache):
+    """One decoding step of a mamba-style model on its ``cache_params``: (logits, present).
+
+    The cache (a DynamicCache of linear-attention layers) goes in and comes out as the object;
+    the exporter flattens each layer to ``cache_params.<layer>.conv`` / ``.ssm`` inputs and
+    ``present.<layer>.conv`` / ``.ssm`` outputs. A cache holding state takes the model's
+    one-token decode path, so the step's sequence length is 1.
+    """
+
+    def forward(  # the cache's parameter name names the graph's inputs
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache_params: Any
+    ) -> tuple[torch.Tensor, Any]:
+        return self._step(input_ids, attention_mask, "cache_params", cache_params)
 
 
 class Seq2Seq(nn.Module):
@@ -400,6 +420,77 @@ def _register_decoders() -> None:
             "with eager's.",
             greedy_prompt=_greedy_prompt(kv_name, build_language_model),
         )
+
+
+MAMBA_CONFIG = {
+    "vocab_size": _VOCAB,
+    "hidden_size": 32,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "expand": 2,
+    "conv_kernel": 4,
+    "time_step_rank": 4,
+    **_TOKEN_IDS,
+}
+# no sequence size: a step is always one token
+_MAMBA_SIZES = {"batch": 2, "past_sequence": 5}
+_MAMBA_SECOND_SIZES = {"batch": 3, "past_sequence": 8}
+
+
+def _register_state_space_decoders() -> None:
+    name = "transformers/mamba-kv"
+    build = functools.partial(_build_hf, "MambaConfig", "MambaForCausalLM", MAMBA_CONFIG, name)
+    language_model = functools.cache(build)
+
+    def make_inputs(sizes: Mapping[str, int]) -> Inputs:
+        generator = generator_for(name, sizes)
+        batch, past = sizes["batch"], sizes["past_sequence"]
+        prompt = _token_ids(generator, batch, past)
+        return (), {
+            "input_ids": _token_ids(generator, batch, 1),
+            "attention_mask": torch.ones((batch, past + 1), dtype=torch.int64),
+            "cache_params": _prefilled_states(language_model(), prompt),
+        }
+
+    def greedy_prompt() -> dict[str, Any]:
+        sizes = {"batch": 2, "sequence": 6}
+        prompt = _token_ids(generator_for(f"{name}-greedy", sizes), 2, sizes["sequence"])
+        # the graph decodes one token at a time: eager reads all but the prompt's last token
+        return {
+            "input_ids": prompt[:, -1:],
+            "attention_mask": torch.ones_like(prompt),
+            "past_key_values": _prefilled_states(language_model(), prompt[:, :-1]),
+            "cache_argument": "cache_params",
+        }
+
+    _register(
+        "mamba-kv",
+        "transformers-decoder",
+        lambda: StateSpaceLMWithCache(build()).eval(),
+        make_inputs,
+        _MAMBA_SIZES,
+        _MAMBA_SECOND_SIZES,
+        {
+            "input_ids": {0: "batch"},
+            "attention_mask": {0: "batch", 1: "total_sequence"},
+            "cache_params": [{0: "batch"}] * (2 * MAMBA_CONFIG["num_hidden_layers"]),
+        },
+        notes="MambaForCausalLM: one decoding step of 1 new token on its cache_params (a "
+        "DynamicCache of LinearAttentionLayer, conv and SSM state per layer) filled by a prefill "
+        "of `past_sequence` tokens, passed and returned as the cache object; returns (logits, "
+        "present cache). A cache holding state takes mamba's one-token path, so the sequence "
+        "is 1. The suite also generates 8 greedy tokens through the graph from a cache an eager "
+        "prefill filled and compares them with eager's.",
+        greedy_prompt=greedy_prompt,
+    )
+
+
+def _prefilled_states(language_model: nn.Module, prompt: torch.Tensor) -> Any:
+    from exporter import _caches
+
+    _caches.register()
+    with torch.no_grad():
+        return language_model(input_ids=prompt, use_cache=True, return_dict=True).cache_params
 
 
 def _decoder(config_class: str, model_class: str, config: Mapping[str, Any], name: str):
@@ -737,6 +828,7 @@ def _register_audio() -> None:
 
 _register_encoders()
 _register_decoders()
+_register_state_space_decoders()
 _register_seq2seq()
 _register_vision()
 _register_audio()

@@ -10,6 +10,7 @@ from torch import nn
 
 import exporter
 from exporter.diagnostics import generation
+from model_zoo.transformers_cases import MAMBA_CONFIG
 
 transformers = pytest.importorskip("transformers")
 
@@ -242,6 +243,89 @@ def test_encoder_decoder_cache_names_its_two_parts():
         present.self_attention_cache.layers[0].values,
         expected.self_attention_cache.layers[0].values,
     )
+
+
+# --- mamba: conv and SSM states as cache_params -----------------------------------------------
+
+_MAMBA_SHAPES = {
+    "input_ids": {0: "batch"},
+    "attention_mask": {0: "batch", 1: "total_sequence"},
+    "cache_params": {0: "batch"},
+    "use_cache": None,
+}
+
+
+def _mamba_states(model: nn.Module, batch: int, past: int):
+    prompt = torch.randint(3, 128, (batch, past), generator=torch.Generator().manual_seed(past))
+    with torch.no_grad():
+        return prompt, model(input_ids=prompt, use_cache=True).cache_params
+
+
+def _mamba_step(cache, batch: int, past: int) -> dict:
+    return {
+        "input_ids": torch.randint(3, 128, (batch, 1), generator=torch.Generator().manual_seed(1)),
+        "attention_mask": torch.ones(batch, past + 1, dtype=torch.int64),
+        "cache_params": cache,
+        "use_cache": True,
+    }
+
+
+@pytest.fixture(scope="module")
+def mamba_program():
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(transformers.MambaConfig(**MAMBA_CONFIG)).eval()
+    _, cache = _mamba_states(model, 2, 5)
+    program = exporter.export(
+        model, (), kwargs=_mamba_step(cache, 2, 5), dynamic_shapes=_MAMBA_SHAPES
+    )
+    return model, program
+
+
+def test_mamba_states_get_stable_names(mamba_program):
+    _, program = mamba_program
+    inputs, outputs = _io_names(program)
+    states = [f"{layer}.{kind}" for layer in (0, 1) for kind in ("conv", "ssm")]
+    assert inputs == ["input_ids", "attention_mask", *(f"cache_params.{s}" for s in states)]
+    assert outputs == ["logits", *(f"present.{s}" for s in states)]
+
+
+@pytest.mark.parametrize(("batch", "past"), [(3, 4), (1, 9)], ids=str)
+def test_mamba_decode_steps_match_eager(mamba_program, batch, past):
+    model, program = mamba_program
+    _, cache = _mamba_states(model, batch, past)
+    inputs = _mamba_step(cache, batch, past)
+    with torch.no_grad():
+        expected = model(**{**inputs, "cache_params": copy.deepcopy(cache)})
+    got = program.unflatten_outputs(program(**inputs))
+    torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+    for ours, theirs in zip(got.cache_params.layers, expected.cache_params.layers):
+        torch.testing.assert_close(ours.conv_states[0], theirs.conv_states[0])
+        torch.testing.assert_close(ours.recurrent_states[0], theirs.recurrent_states[0])
+
+
+def test_greedy_generation_through_the_mamba_graph_matches_eager(mamba_program):
+    model, program = mamba_program
+    prompt, _ = _mamba_states(model, 2, 6)
+    with torch.no_grad():  # the graph decodes one token: eager reads all but the last
+        cache = model(input_ids=prompt[:, :-1], use_cache=True).cache_params
+    check = generation.check_greedy(
+        model,
+        program,
+        prompt[:, -1:],
+        torch.ones_like(prompt),
+        cache,
+        cache_argument="cache_params",
+        use_cache=True,
+    )
+    assert check.problem is None, check.problem
+
+
+def test_a_mamba_layer_recording_its_past_is_refused(mamba_program):
+    model, program = mamba_program
+    _, cache = _mamba_states(model, 1, 3)
+    cache.layers[0].record_past = True
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="recording its past"):
+        program(**_mamba_step(cache, 1, 3))
 
 
 # --- StaticCache: full-length tensors written at a cache position -------------------------------
