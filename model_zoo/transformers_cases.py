@@ -485,6 +485,56 @@ def _register_state_space_decoders() -> None:
     )
 
 
+#: Decoders also given a StaticCache case: a plain one, and a hybrid of sliding and full layers.
+_STATIC_DECODERS = ("llama", "gemma2")
+#: Slots of the static cases' caches (and of their sliding layers: below gemma2's window of 64).
+_STATIC_CACHE_LENGTH = 32
+
+
+def _register_static_cache_decoders() -> None:
+    for short_name in _STATIC_DECODERS:
+        config_class, model_class, config = _DECODERS[short_name]
+        name = f"transformers/{short_name}-static-kv"
+        build = functools.partial(_build_hf, config_class, model_class, config, name)
+        _register(
+            f"{short_name}-static-kv",
+            "transformers-decoder",
+            lambda build=build: CausalLMWithCache(build()).eval(),
+            _kv_inputs(name, build, static=True),
+            _KV_SIZES,
+            _KV_SECOND_SIZES,
+            {
+                "input_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "total_sequence"},
+                # keys and values at full length; the write position is a 0-d tensor
+                "past_key_values": [{0: "batch"}] * (2 * _kv_layers(config)) + [None],
+            },
+            notes=f"{model_class}: one decoding step of `sequence` new tokens on a StaticCache "
+            f"of {_STATIC_CACHE_LENGTH} slots holding `past_sequence` tokens from a prefill, "
+            "passed and returned as the cache object (full-length keys/values and "
+            "past_key_values.cache_position, the write position); returns (logits, present "
+            "cache). The suite also generates 8 greedy tokens through the graph (a prefill on "
+            "an empty static cache, then one-token decodes) and compares them with eager's.",
+            greedy_prompt=_greedy_prompt(name, build, static=True),
+        )
+
+
+def _static_cache(language_model: nn.Module, batch: int) -> Any:
+    """An allocated, empty StaticCache for ``language_model``."""
+    import transformers
+
+    from exporter import _caches
+
+    _caches.register()
+    config = language_model.config
+    cache = transformers.StaticCache(config=config, max_cache_len=_STATIC_CACHE_LENGTH)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache.early_initialization(
+        batch, config.num_key_value_heads, head_dim, torch.float32, torch.device("cpu")
+    )
+    return cache
+
+
 def _prefilled_states(language_model: nn.Module, prompt: torch.Tensor) -> Any:
     from exporter import _caches
 
@@ -512,24 +562,27 @@ def _kv_shapes(config_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _prefilled_cache(language_model: nn.Module, prompt: torch.Tensor) -> Any:
+def _prefilled_cache(language_model: nn.Module, prompt: torch.Tensor, static: bool = False) -> Any:
     from exporter import _caches
 
     _caches.register()  # flattening the case's outputs and inputs needs the cache as a node
+    cache = _static_cache(language_model, prompt.shape[0]) if static else None
     with torch.no_grad():
-        prefill = language_model(input_ids=prompt, use_cache=True, return_dict=True)
+        prefill = language_model(
+            input_ids=prompt, past_key_values=cache, use_cache=True, return_dict=True
+        )
     return prefill.past_key_values
 
 
 def _kv_inputs(
-    name: str, build_language_model: Callable[[], nn.Module]
+    name: str, build_language_model: Callable[[], nn.Module], static: bool = False
 ) -> Callable[[Mapping[str, int]], Inputs]:
     language_model = functools.cache(build_language_model)
 
     def make_inputs(sizes: Mapping[str, int]) -> Inputs:
         generator = generator_for(name, sizes)
         batch, sequence, past = sizes["batch"], sizes["sequence"], sizes["past_sequence"]
-        cache = _prefilled_cache(language_model(), _token_ids(generator, batch, past))
+        cache = _prefilled_cache(language_model(), _token_ids(generator, batch, past), static)
         return (), {
             "input_ids": _token_ids(generator, batch, sequence),
             "attention_mask": torch.ones((batch, past + sequence), dtype=torch.int64),
@@ -540,7 +593,7 @@ def _kv_inputs(
 
 
 def _greedy_prompt(
-    name: str, build_language_model: Callable[[], nn.Module]
+    name: str, build_language_model: Callable[[], nn.Module], static: bool = False
 ) -> Callable[[], dict[str, Any]]:
     """A prompt of 2 rows, its mask and an empty cache of the model's layout, for
     ``exporter.diagnostics.generation.check_greedy``."""
@@ -555,7 +608,9 @@ def _greedy_prompt(
         return {
             "input_ids": prompt_ids,
             "attention_mask": torch.ones_like(prompt_ids),
-            "past_key_values": empty_cache_like(_prefilled_cache(language_model(), prompt_ids)),
+            "past_key_values": empty_cache_like(
+                _prefilled_cache(language_model(), prompt_ids, static)
+            ),
         }
 
     return prompt
@@ -829,6 +884,7 @@ def _register_audio() -> None:
 _register_encoders()
 _register_decoders()
 _register_state_space_decoders()
+_register_static_cache_decoders()
 _register_seq2seq()
 _register_vision()
 _register_audio()
