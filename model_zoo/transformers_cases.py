@@ -432,14 +432,31 @@ MAMBA_CONFIG = {
     "time_step_rank": 4,
     **_TOKEN_IDS,
 }
+#: Mamba-style decoders: config and model class, their cache passed as ``cache_params``.
+_STATE_SPACE_DECODERS = {
+    "mamba": ("MambaConfig", "MambaForCausalLM", MAMBA_CONFIG),
+    "falcon_mamba": ("FalconMambaConfig", "FalconMambaForCausalLM", MAMBA_CONFIG),
+    "mamba2": (
+        "Mamba2Config",
+        "Mamba2ForCausalLM",
+        {**MAMBA_CONFIG, "n_groups": 1, "num_heads": 8, "head_dim": 8},
+    ),
+}
 # no sequence size: a step is always one token
 _MAMBA_SIZES = {"batch": 2, "past_sequence": 5}
 _MAMBA_SECOND_SIZES = {"batch": 3, "past_sequence": 8}
 
 
 def _register_state_space_decoders() -> None:
-    name = "transformers/mamba-kv"
-    build = functools.partial(_build_hf, "MambaConfig", "MambaForCausalLM", MAMBA_CONFIG, name)
+    for short_name, (config_class, model_class, config) in _STATE_SPACE_DECODERS.items():
+        _register_state_space_decoder(short_name, config_class, model_class, config)
+
+
+def _register_state_space_decoder(
+    short_name: str, config_class: str, model_class: str, config: Mapping[str, Any]
+) -> None:
+    name = f"transformers/{short_name}-kv"
+    build = functools.partial(_build_hf, config_class, model_class, config, name)
     language_model = functools.cache(build)
 
     def make_inputs(sizes: Mapping[str, int]) -> Inputs:
@@ -464,7 +481,7 @@ def _register_state_space_decoders() -> None:
         }
 
     _register(
-        "mamba-kv",
+        f"{short_name}-kv",
         "transformers-decoder",
         lambda: StateSpaceLMWithCache(build()).eval(),
         make_inputs,
@@ -473,13 +490,13 @@ def _register_state_space_decoders() -> None:
         {
             "input_ids": {0: "batch"},
             "attention_mask": {0: "batch", 1: "total_sequence"},
-            "cache_params": [{0: "batch"}] * (2 * MAMBA_CONFIG["num_hidden_layers"]),
+            "cache_params": [{0: "batch"}] * (2 * config["num_hidden_layers"]),
         },
-        notes="MambaForCausalLM: one decoding step of 1 new token on its cache_params (a "
+        notes=f"{model_class}: one decoding step of 1 new token on its cache_params (a "
         "DynamicCache of LinearAttentionLayer, conv and SSM state per layer) filled by a prefill "
         "of `past_sequence` tokens, passed and returned as the cache object; returns (logits, "
-        "present cache). A cache holding state takes mamba's one-token path, so the sequence "
-        "is 1. The suite also generates 8 greedy tokens through the graph from a cache an eager "
+        "present cache). A cache holding state takes the one-token path, so the sequence is "
+        "1. The suite also generates 8 greedy tokens through the graph from a cache an eager "
         "prefill filled and compares them with eager's.",
         greedy_prompt=greedy_prompt,
     )

@@ -16,7 +16,11 @@ DECODE_CASES = [
     if case.name.endswith("-kv")
 ]
 #: Decode cases whose cache holds state-space (mamba) layers, passed as ``cache_params``.
-STATE_SPACE_CASES = ["transformers/mamba-kv"]
+STATE_SPACE_CASES = [
+    "transformers/mamba-kv",
+    "transformers/mamba2-kv",
+    "transformers/falcon_mamba-kv",
+]
 ATTENTION_CASES = [name for name in DECODE_CASES if name not in STATE_SPACE_CASES]
 
 
@@ -32,7 +36,7 @@ def test_every_decoder_family_has_a_decode_case():
         "phi3",
         "gemma2",
         "gemma3",
-    } | {"falcon", "opt", "mamba"} <= families
+    } | {"falcon", "opt", "mamba", "mamba2", "falcon_mamba"} <= families
     assert all(model_zoo.get(name).greedy_prompt is not None for name in DECODE_CASES)
 
 
