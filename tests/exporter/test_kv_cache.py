@@ -509,3 +509,12 @@ def test_a_sliding_window_filled_through_the_graph_is_not_fed_back_silently():
     assert present.layers[0].keys.shape[2] == 7  # the window (8) minus one: it may have slid
     with pytest.raises(exporter.InvalidExportArgumentsError, match="full sliding window"):
         program(key, present)
+
+
+def test_a_cache_class_the_exporter_cannot_flatten_is_refused_with_what_to_pass():
+    class OwnCache(transformers.Cache):
+        """A Cache subclass whose state the exporter does not know."""
+
+    cache = OwnCache(layers=[transformers.cache_utils.DynamicLayer()])
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="Pass a DynamicCache, a Static"):
+        exporter.export(_CacheUpdate().eval(), (torch.randn(1, 2, 1, 4), cache))
