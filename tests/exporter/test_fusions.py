@@ -174,6 +174,67 @@ def test_rotate_half_with_tables_of_unequal_halves_is_left_alone():
     assert fused(program, "RotaryEmbedding") == 0
 
 
+class HFStyleInterleavedRotary(nn.Module):
+    """transformers' Cohere rotary embedding: each angle repeated in place
+    (repeat_interleave(freqs, 2, -1)), each even/odd pair of x turned by it
+    (stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2))."""
+
+    def __init__(self, size, tables="interleaved"):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, size, 2) / size))
+        self.tables = tables
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[2], dtype=torch.float32)
+        freqs = positions[:, None] * self.inv_freq[None, :]
+        if self.tables == "interleaved":
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:  # the near-miss: rotate-half tables ([t, t]) under the pairwise rotation
+            emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        rotated = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize(
+    "shapes, second",
+    [(None, None), (({0: DYN, 2: DYN},), r(3, 4, 6, 8, seed=1))],
+    ids=["static", "dynamic"],
+)
+def test_interleaved_rotation_becomes_interleaved_rotary_embedding(shapes, second):
+    program = check_op(
+        HFStyleInterleavedRotary(8),
+        (r(2, 4, 5, 8),),
+        opset=23,
+        optimize=True,
+        dynamic_shapes=shapes,
+        second_args=None if second is None else (second,),
+    )
+    [node] = [n for n in program.model.graph if n.op_type == "RotaryEmbedding"]
+    assert node.attributes["interleaved"].as_int() == 1
+    assert "Neg" not in op_types(program)
+
+
+@pytest.mark.parametrize("shapes", [None, ({0: DYN, 2: DYN},)], ids=["static", "dynamic"])
+def test_interleaved_rotation_with_rotate_half_tables_is_left_alone(shapes):
+    # Same rotation, but the angles repeat as two halves: pair i would need angle i for both
+    # of its elements, and RotaryEmbedding cannot express what this computes.
+    program = check_op(
+        HFStyleInterleavedRotary(8, tables="halves"),
+        (r(2, 4, 5, 8),),
+        opset=23,
+        optimize=True,
+        dynamic_shapes=shapes,
+        second_args=None if shapes is None else (r(3, 4, 6, 8, seed=1),),
+    )
+    assert fused(program, "RotaryEmbedding") == 0
+
+
+def test_interleaved_rotation_is_not_fused_below_opset_23():
+    program = check_op(HFStyleInterleavedRotary(8), (r(2, 4, 5, 8),), opset=20, optimize=True)
+    assert fused(program, "RotaryEmbedding") == 0
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_repeated_kv_heads_feed_attention_directly(causal):
     q, k, v = r(2, 4, 5, 8), r(2, 2, 5, 8, seed=1), r(2, 2, 5, 8, seed=2)
@@ -286,3 +347,35 @@ def test_llama_at_opset_23_uses_the_fused_ops_and_matches_eager(name):
 def test_llama_below_opset_23_is_not_fused():
     program = _export_case("transformers/llama", 20)
     assert not {"RMSNormalization", "RotaryEmbedding", "Attention"} & set(op_types(program))
+
+
+def test_cohere_interleaved_rotary_becomes_rotary_embedding_and_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CohereConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = transformers.CohereModel(config).eval()
+    ids = torch.randint(0, 64, (2, 7))
+    program = exporter.export(
+        model,
+        (ids,),
+        kwargs={"use_cache": False},
+        dynamic_shapes={"input_ids": {0: DYN, 1: DYN}, "use_cache": None},
+        opset_version=23,
+    )
+    rotaries = [n for n in program.model.graph if n.op_type == "RotaryEmbedding"]
+    assert len(rotaries) == 2 * config.num_hidden_layers  # query and key of each layer
+    assert all(n.attributes["interleaved"].as_int() == 1 for n in rotaries)
+    for inputs in (ids, torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(1))):
+        with torch.no_grad():
+            expected = model(inputs, use_cache=False).last_hidden_state
+        [got] = program(inputs, use_cache=False)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
