@@ -1,5 +1,6 @@
 """Graph rewrites into fused standard ops: RMSNormalization, RotaryEmbedding and grouped-query
-Attention (opset 23), and Gelu's tanh approximation (opset 20).
+Attention (opset 23), and Gelu's tanh approximation (opset 20); below opset 23, RMSNorm in the
+form onnxruntime fuses itself (SimplifiedLayerNormalization).
 
 Models reach the exporter decomposed: transformers' RMSNorm is written as
 pow/mean/add/rsqrt/mul, its rotary embedding as ``x * cos + rotate_half(x) * sin`` (or, in
@@ -128,6 +129,27 @@ class _RMSNorm(pattern.RewriteRuleClassBase):
             epsilon=_scalar_float(eps),
             stash_type=work if work == ir.DataType.DOUBLE else ir.DataType.FLOAT,
         )
+
+
+class _RMSNormDivided(_RMSNorm):
+    """Below opset 23, the same normalisation written as onnxruntime's SimplifiedLayerNormFusion
+    matches it: Pow(x, 2), ReduceMean, Add, Sqrt, Div(x, ...), Mul(scale). transformers' rsqrt
+    reaches the graph as Reciprocal and Mul, and x * x as Mul: both forms onnxruntime runs as
+    six kernels instead of one."""
+
+    def __init__(self, square: str):
+        pattern.RewriteRuleClassBase.__init__(self, f"RMSNorm-divided-{square}")
+        self._square = square
+
+    def rewrite(self, op, x, axes, eps, scale, widened=None, narrowed=None, **_):
+        dtype = (widened if widened is not None else x).dtype
+        work = op.Cast(x, to=dtype) if widened is not None else x
+        two = op.Constant(value=ir.tensor(np.array(2, dtype=dtype.numpy())))
+        mean = op.ReduceMean(op.Pow(work, two), axes, keepdims=1)
+        normalized = op.Div(work, op.Sqrt(op.Add(mean, eps)))
+        if narrowed is not None:
+            normalized = op.Cast(normalized, to=narrowed.dtype)
+        return op.Mul(scale, normalized)
 
 
 # --- RotaryEmbedding -------------------------------------------------------------------------
@@ -599,6 +621,12 @@ _RULES: list[tuple[str, Callable[[], list[list]]]] = [
     ("Attention", lambda: [[_ShapeBeforeRepeat.rule()], [_GroupedQueryAttention.rule()]]),
 ]
 
+#: Per fused op, for the opsets without it: rules into the form onnxruntime's own fusions
+#: recognise, so that it runs one kernel all the same.
+_ONNXRUNTIME_FORMS: list[tuple[str, Callable[[], list]]] = [
+    ("RMSNormalization", lambda: [_RMSNormDivided.rule("mul"), _RMSNormDivided.rule("pow")]),
+]
+
 
 def onnx_opset(model: ir.Model) -> int | None:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
@@ -618,6 +646,10 @@ def fuse(model: ir.Model) -> dict[str, int]:
             for rule_set in prepare:
                 rule_set.apply_to_model(model)
             counts[op_type] = make.apply_to_model(model)
+    for op_type, rules in _ONNXRUNTIME_FORMS:
+        if not _opsets.has(op_type, opset):
+            rule_set = pattern.RewriteRuleSet(rules(), commute=True)
+            counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per
         # use, while q and k of every layer share them (CSE).

@@ -1,6 +1,6 @@
 """The rewrites into opset 23's fused ops (exporter/_fusions.py): each fires on the decomposed
 form transformers writes, the fused graph matches eager, a form the fused op cannot express is
-left alone, and below opset 23 nothing is fused."""
+left alone, and below opset 23 nothing is fused (RMSNorm takes the form onnxruntime fuses itself)."""
 
 from __future__ import annotations
 
@@ -82,23 +82,52 @@ def fused(program, op_type):
     return op_types(program).count(op_type)
 
 
-@pytest.mark.parametrize("square", ["pow", "mul"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_rms_norm_written_out_becomes_rmsnormalization(square, dtype):
+def onnxruntime_fused_ops(program, tmp_path) -> list[str]:
+    """The op types of the graph onnxruntime runs after its own fusions (ORT_ENABLE_ALL)."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(
+        program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+
+
+def export_rms_norm(square, dtype, opset):
     x = r(2, 5, 16, dtype=dtype)
     tol = 1e-5 if dtype == torch.float32 else 2e-3
-    program = check_op(
+    return check_op(
         HFStyleRMSNorm(16, square=square),
         (x,),
-        opset=23,
+        opset=opset,
         optimize=True,
         dynamic_shapes=({0: DYN, 1: DYN},),
         second_args=(r(3, 2, 16, dtype=dtype, seed=1),),
         rtol=tol,
         atol=tol,
     )
+
+
+@pytest.mark.parametrize("square", ["pow", "mul"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_written_out_becomes_rmsnormalization(square, dtype):
+    program = export_rms_norm(square, dtype, opset=23)
     assert fused(program, "RMSNormalization") == 1
     assert "ReduceMean" not in op_types(program)
+
+
+@pytest.mark.parametrize("square", ["pow", "mul"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_below_opset_23_takes_the_form_onnxruntime_fuses(square, dtype, tmp_path):
+    program = export_rms_norm(square, dtype, opset=20)
+    # transformers' rsqrt (Reciprocal, Mul) becomes the Div onnxruntime's fusion looks for.
+    assert "Reciprocal" not in op_types(program)
+    assert "Div" in op_types(program) and "Pow" in op_types(program)
+    assert "SimplifiedLayerNormalization" in onnxruntime_fused_ops(program, tmp_path)
 
 
 class PlainRMSNorm(nn.Module):
@@ -147,6 +176,11 @@ def test_rms_norm_over_another_axis_is_left_alone():
 def test_rms_norm_is_not_fused_below_opset_23():
     program = check_op(HFStyleRMSNorm(16), (r(2, 5, 16),), opset=20, optimize=True)
     assert fused(program, "RMSNormalization") == 0
+
+
+def test_rms_norm_over_another_axis_keeps_its_form_below_opset_23():
+    program = check_op(HFStyleRMSNorm(5, dim=1), (r(2, 5, 5),), opset=20, optimize=True)
+    assert "Reciprocal" in op_types(program)
 
 
 @pytest.mark.parametrize(
