@@ -191,7 +191,8 @@ def main() -> int:
         try:
             row = bench_case(case, options.opset, options.runs, options.dump_optimized)
         except Exception as error:  # one model failing must not hide the others' figures
-            print(f"{case.name:32s} skipped: {type(error).__name__}: {str(error)[:120]}")
+            first_line = next(iter(str(error).strip().splitlines()), "")
+            print(f"{case.name:32s} skipped: {type(error).__name__}: {first_line[:120]}")
             continue
         cells = []
         for name in LEVELS:
