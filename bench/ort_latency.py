@@ -6,8 +6,8 @@ For each model of the zoo tier (transformers and torchvision families; synthetic
 out unless named), export with ours and with ``torch.onnx.export(dynamo=True)`` at the same
 opset, then time both graphs on the same inputs with onnxruntime's CPU provider, one intra-op
 thread, at ORT_ENABLE_ALL and again at ORT_ENABLE_BASIC. Runs are interleaved (ours, theirs,
-ours, ...) so machine load falls on both alike. Prints per model: median milliseconds, the ratio
-ours / torch.onnx (below 1.0: ours runs faster), node counts; then per level the median ratio
+then theirs, ours, ...) so machine load and warm caches fall on both alike. Prints per model:
+median milliseconds, the ratio ours / torch.onnx (below 1.0: ours runs faster), node counts; then per level the median ratio
 over all models and over the transformers models alone (the fusions target those), and the
 worst model.
 
@@ -130,8 +130,9 @@ def bench_case(case, opset: int, runs: int, dump: Path | None = None) -> dict:
             for _ in range(3):
                 session.run(None, feed)
         times = ([], [])
-        for _ in range(runs):
-            for side in (0, 1):
+        for run in range(runs):
+            # Who goes first alternates: the second of a pair finds the caches the first warmed.
+            for side in (0, 1) if run % 2 == 0 else (1, 0):
                 times[side].append(_time(sessions[side], feeds[side]))
         row[level_name] = tuple(statistics.median(t) for t in times)
     return row
