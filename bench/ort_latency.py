@@ -7,9 +7,9 @@ out unless named), export with ours and with ``torch.onnx.export(dynamo=True)`` 
 opset, then time both graphs on the same inputs with onnxruntime's CPU provider, one intra-op
 thread, at ORT_ENABLE_ALL and again at ORT_ENABLE_BASIC. Runs are interleaved (ours, theirs,
 then theirs, ours, ...) so machine load and warm caches fall on both alike. Prints per model:
-median milliseconds, the ratio ours / torch.onnx (below 1.0: ours runs faster), node counts; then per level the median ratio
-over all models and over the transformers models alone (the fusions target those), and the
-worst model.
+median milliseconds, the ratio ours / torch.onnx (below 1.0: ours runs faster), node counts;
+then per level the median ratio over all models and over the transformers models alone (the
+fusions target those), and the worst model.
 
     python bench/ort_latency.py --opset 20 --dump-optimized /tmp/ort-graphs
 
