@@ -75,7 +75,11 @@ def export(
     error: BaseException | None = None
     report_dir = Path(artifacts_dir)
     try:
-        _caches.register()
+        if not isinstance(model, torch.export.ExportedProgram):
+            # An ExportedProgram was captured with whatever flattening was registered then
+            # (transformers' own exporter registers its own); registering ours now would
+            # change how its caller flattens caches from here on.
+            _caches.register(args, kwargs)
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
         opset = _opset_convert.check(opset_version)

@@ -80,20 +80,34 @@ def _layer_entry(layer: int, kind: str) -> LayerEntry:
 _PARTS = {"self_attention_cache": "decoder", "cross_attention_cache": "encoder"}
 
 
-def register() -> None:
+def register(*trees: Any, static: bool = False) -> None:
     """Register transformers' cache classes as pytree nodes, if transformers is loaded.
 
-    A class someone else registered already (transformers' own executorch helper, a user) is
-    left as it is; its tensors then get torch.export's default names.
+    StaticCache only when asked (``static``) or when one is among ``trees`` (inputs about to be
+    flattened): transformers' own exporter flattens a StaticCache its own way (a pytree
+    registration is process-wide, and the first one stands), and would misname its graphs'
+    caches after ours. A class someone else registered already (transformers' exporter, a user)
+    is left as it is; its tensors then get torch.export's default names.
     """
     module = sys.modules.get(_CACHE_MODULE)
     if module is None:
         return
-    for cls, flatten, unflatten in (
+    classes = [
         (module.DynamicCache, _flatten_dynamic, _unflatten_dynamic),
         (module.EncoderDecoderCache, _flatten_encoder_decoder, _unflatten_encoder_decoder),
-        (module.StaticCache, _flatten_static, _unflatten_static),
-    ):
+    ]
+    if static or _holds_static(trees):
+        node = pytree.SUPPORTED_NODES.get(module.StaticCache)
+        if node is not None and node.unflatten_fn is not _unflatten_static:
+            raise InvalidExportArgumentsError(
+                "StaticCache is already registered as a pytree node by other code in this "
+                "process (transformers' own exporter registers every cache class), which "
+                "flattens it into other tensors than the exporter's keys, values and write "
+                "position. Export a StaticCache in a process that has not run transformers' "
+                "exporter, or pass a DynamicCache."
+            )
+        classes.append((module.StaticCache, _flatten_static, _unflatten_static))
+    for cls, flatten, unflatten in classes:
         if cls in pytree.SUPPORTED_NODES:
             continue
         pytree.register_pytree_node(
@@ -103,6 +117,15 @@ def register() -> None:
             serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
             flatten_with_keys_fn=flatten,
         )
+
+
+def _holds_static(tree: Any) -> bool:
+    """Whether a StaticCache is in ``tree`` (tuples, lists and dicts searched)."""
+    if is_static(tree):
+        return True
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    return isinstance(tree, (tuple, list)) and any(_holds_static(item) for item in tree)
 
 
 def _drop_keys(flat: tuple[list[tuple[Any, Any]], Any]) -> tuple[list[Any], Any]:
@@ -244,10 +267,9 @@ def _static_layer_kind(cache: Any, index: int, layer: Any, traced: bool) -> tupl
         )
     if not layer.is_initialized or layer.keys is None:
         raise InvalidExportArgumentsError(
-            f"{type(cache).__name__} layer {index} is not allocated yet (a StaticCache allocates "
-            f"its tensors on the first forward): call cache.early_initialization(batch_size, "
-            f"num_heads, head_dim, dtype, device) before exporting, or pass a cache a prefill "
-            f"has filled"
+            f"{type(cache).__name__} layer {index} is not allocated yet while others are: "
+            f"call cache.early_initialization(batch_size, num_heads, head_dim, dtype, device) "
+            f"before exporting, or pass a cache a prefill has filled"
         )
     if kind is module.StaticSlidingWindowLayer:
         seen = layer.cumulative_length_int
@@ -281,6 +303,10 @@ def _flatten_static(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
         )
     if not cache.layers:
         raise InvalidExportArgumentsError("a StaticCache without layers cannot be flattened")
+    if not any(layer.is_initialized for layer in cache.layers):
+        # Nothing allocated yet (as generate() hands a prefill its cache): no tensors to pass;
+        # the forward allocates them, zero-filled, and writes from position 0.
+        return [], tuple((_UNALLOCATED, *_static_shape(layer)) for layer in cache.layers)
     children: list[tuple[Any, torch.Tensor]] = []
     layout = []
     traced = _is_traced(getattr(cache.layers[0], "cumulative_length", None))
@@ -305,12 +331,17 @@ def _unflatten_static(values: Any, layout: Any) -> Any:
     """A StaticCache holding copies of ``values``: its layers write into their tensors in
     place, which must not write into the graph's inputs (nor, eagerly, a caller's tensors)."""
     module = sys.modules[_CACHE_MODULE]
+    if layout and layout[0][0] == _UNALLOCATED:
+        layers = [_static_layer(module, kind, length) for _, kind, length in layout]
+        cache = module.StaticCache.__new__(module.StaticCache)
+        module.Cache.__init__(cache, layers=layers)
+        return cache
     *tensors, position = values
     layers = []
     for index, (kind, length) in enumerate(layout):
         key, value = tensors[2 * index], tensors[2 * index + 1]
+        layer = _static_layer(module, kind, length)
         if kind == "sliding":
-            layer = module.StaticSlidingWindowLayer(max_cache_len=length, sliding_window=length)
             if _is_traced(position):
                 # The window's Python-int length picks update's branch and the mask sizes:
                 # 0 picks the write at the (tensor) cache position and the sizes every
@@ -320,8 +351,6 @@ def _unflatten_static(values: Any, layout: Any) -> Any:
                 layer.get_seq_length = lambda layer=layer: layer.cumulative_length
             else:
                 layer.cumulative_length_int = int(position)
-        else:
-            layer = module.StaticLayer(max_cache_len=length)
         layer.dtype, layer.device = key.dtype, key.device
         layer.batch_size, layer.num_heads = key.shape[:2]
         layer.k_head_dim, layer.v_head_dim = key.shape[-1], value.shape[-1]
@@ -332,6 +361,24 @@ def _unflatten_static(values: Any, layout: Any) -> Any:
     cache = module.StaticCache.__new__(module.StaticCache)
     module.Cache.__init__(cache, layers=layers)
     return cache
+
+
+#: The layout mark of a StaticCache none of whose layers is allocated yet.
+_UNALLOCATED = "unallocated"
+
+
+def _static_shape(layer: Any) -> tuple[str, int]:
+    """``(kind, preallocated length)`` of a static layer, allocated or not."""
+    module = sys.modules[_CACHE_MODULE]
+    kind = "sliding" if isinstance(layer, module.StaticSlidingWindowLayer) else "full"
+    return kind, int(layer.max_cache_len)
+
+
+def _static_layer(module: Any, kind: str, length: int) -> Any:
+    """An unallocated static layer of ``kind`` holding ``length`` tokens."""
+    if kind == "sliding":
+        return module.StaticSlidingWindowLayer(max_cache_len=length, sliding_window=length)
+    return module.StaticLayer(max_cache_len=length)
 
 
 def _is_traced(value: Any) -> bool:

@@ -392,7 +392,7 @@ class ONNXProgram:
         """
         from exporter import _caches
 
-        _caches.register()  # a cache among the inputs flattens as it did at export
+        _caches.register(args, kwargs)  # a cache among the inputs flattens as at export
         graph_inputs = list(self.model.graph.inputs)
         plan = None if self.exported_program is None else input_plan(self.exported_program)
         kwargs = dict(kwargs or {})

@@ -542,7 +542,7 @@ def _static_cache(language_model: nn.Module, batch: int) -> Any:
 
     from exporter import _caches
 
-    _caches.register()
+    _caches.register(static=True)
     config = language_model.config
     cache = transformers.StaticCache(config=config, max_cache_len=_STATIC_CACHE_LENGTH)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -42,7 +42,7 @@ def empty_cache_like(cache: Any, batch: int | None = None) -> Any:
     """A cache of ``cache``'s layout (layer types, heads, head size) holding no tokens, for a
     prefill through a graph whose past length is an input; ``batch`` rows (default: as given).
     A StaticCache keeps its full length, zeros, with its write position at 0."""
-    _caches.register()
+    _caches.register(cache)
     leaves, spec = pytree.tree_flatten(cache)
     tensors = leaves[:-1] if _caches.is_static(cache) else leaves
     if not tensors or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in tensors):

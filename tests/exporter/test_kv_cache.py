@@ -469,9 +469,33 @@ def test_a_full_static_sliding_window_is_refused_and_a_write_past_it_fails(
         program(**_step_inputs(nearly, 1, 10, 3))
 
 
-def test_an_unallocated_static_cache_is_refused_with_what_to_do():
+def test_an_unallocated_static_cache_exports_as_a_prefill_from_an_empty_cache():
+    # generate() hands a prefill a StaticCache it has not allocated: the graph takes no cache
+    # tensors, allocates them zero-filled and returns them full-length, written from 0.
+    config = transformers.LlamaConfig(**_LLAMA)
+    key = torch.randn(1, 2, 3, 4)
+    program = exporter.export(
+        _CacheUpdate().eval(), (key, transformers.StaticCache(config=config, max_cache_len=8))
+    )
+    assert not any(
+        name.startswith("past_key_values")
+        for name in (value.name for value in program.model.graph.inputs)
+    )
+    _, present = program.unflatten_outputs(
+        program(key, transformers.StaticCache(config=config, max_cache_len=8))
+    )
+    _, expected = _CacheUpdate()(key, transformers.StaticCache(config=config, max_cache_len=8))
+    assert len(present.layers) == len(expected.layers) == config.num_hidden_layers
+    for got, want in zip(present.layers, expected.layers):
+        assert got.keys.shape[-2] == 8
+        torch.testing.assert_close(got.keys, want.keys)
+        torch.testing.assert_close(got.values, want.values)
+
+
+def test_a_partly_allocated_static_cache_is_refused_with_what_to_do():
     config = transformers.LlamaConfig(**_LLAMA)
     cache = transformers.StaticCache(config=config, max_cache_len=8)
+    cache.layers[0].lazy_initialization(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
     with pytest.raises(exporter.OnnxExporterError, match="early_initialization"):
         exporter.export(_CacheUpdate().eval(), (torch.randn(1, 2, 1, 4), cache))
 

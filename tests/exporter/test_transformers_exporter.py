@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import exporter
+from exporter import _caches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -98,12 +99,30 @@ def routed(monkeypatch):
         # The "dynamo" patches shape torch.export's capture, which is transformers' own step.
         return contextlib.nullcontext() if backend == "onnx" else original_patches(backend)
 
+    # As after any earlier export in the process: the exporter's cache flattening registered
+    # first (transformers keeps a registration it finds), which its exporter must survive.
+    _caches.register()
+    registered = set(torch.utils._pytree.SUPPORTED_NODES)
     monkeypatch.setattr(torch.onnx, "export", ours)
     monkeypatch.setattr(exporter_onnx, "apply_patches", patches)
     monkeypatch.setattr(exporter_onnx, "apply_fx_node_fixes", lambda backend, module: None)
     monkeypatch.setattr(exporter_onnx, "_ONNX_TRANSLATION_TABLE", {})
     monkeypatch.setattr(exporter_onnx, "apply_onnx_ir_fixes", lambda program: None)
-    return calls
+    yield calls
+    # transformers registers every cache class process-wide; the other tests in this process
+    # flatten caches the exporter's way.
+    for cls in set(torch.utils._pytree.SUPPORTED_NODES) - registered:
+        torch.utils._pytree._deregister_pytree_node(cls)
+
+
+def test_a_static_cache_registered_by_transformers_is_refused_by_name(routed):
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    model = _llama().eval()
+    register_cache_pytrees_for_model(model)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=8)
+    with pytest.raises(exporter.InvalidExportArgumentsError, match="already registered"):
+        exporter.export(model, (), kwargs={**_text(), "past_key_values": cache})
 
 
 def _leaves(value: Any) -> list[torch.Tensor]:
