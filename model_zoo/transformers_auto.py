@@ -79,8 +79,19 @@ _SIZE_FIELDS = {
     ),
     **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads"), 2),
     **dict.fromkeys(
-        ("head_dim", "d_kv", "attention_head_size", "kv_channels", "rotary_dim", "v_head_dim"), 8
+        (
+            "head_dim",
+            "d_kv",
+            "d_head",
+            "attention_head_size",
+            "kv_channels",
+            "rotary_dim",
+            "v_head_dim",
+            "mamba_d_head",
+        ),
+        8,
     ),
+    "mamba_n_heads": 8,
     **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim"), 4),
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 16),
     "num_heads": 4,
@@ -135,6 +146,10 @@ MAX_PARAMETERS = 8_000_000
 CONFIG_OVERRIDES: dict[str, dict[str, Any]] = {
     # attention_types is a run-length list ([[kinds], repeats]) that must cover num_layers
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # Mamba-2 heads must tile hidden_size * expand (64 at hidden 32): 8 heads of 8
+    "mamba2": {"num_heads": 8},
+    # no grouped-query attention: as many KV heads as heads
+    "esmc": {"num_key_value_heads": 4},
 }
 
 
@@ -469,10 +484,9 @@ def survey_type(model_type: str, seconds: int = 120) -> tuple[str, str]:
 
 
 def _one_line(error: BaseException) -> str:
-    text = (
-        f"{type(error).__name__}: {error}".splitlines()[0] if str(error) else type(error).__name__
-    )
-    return text[:200]
+    # validators put the actual complaint on a later line: keep every line, joined
+    lines = [line.strip() for line in f"{type(error).__name__}: {error}".splitlines()]
+    return " ".join(line for line in lines if line)[:240]
 
 
 def _survey(model_type: str) -> tuple[str, str]:
