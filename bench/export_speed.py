@@ -1,19 +1,22 @@
 """Export speed: ours against torch.onnx (dynamo and TorchScript), side by side, warm and cold.
 
     python bench/export_speed.py [--tier default] [--models a,b] [--shapes static,dynamic]
-                                 [--repeats 3] [--no-cold]
+                                 [--repeats 3] [--warmup-once] [--no-cold | --cold-models a,b]
 
 Models are the zoo's torchvision and transformers cases of the tier (synthetic ones only when
 named). For each model and shape mode:
 
 - warm: the median of ``--repeats`` exports in this process after one warm-up export, the
-  exporters interleaved so machine load falls on all alike;
+  exporters interleaved so machine load falls on all alike (``--warmup-once``: the warm-up
+  runs before the first model only, which halves a whole-tier run on a loaded machine);
 - cold: the first export in a fresh Python process, with the imports timed apart (what a CLI
-  user pays once), and that process's peak RSS.
+  user pays once), and that process's peak RSS (``--cold-models``: for those models only).
 
 TorchScript (``torch.onnx.export(dynamo=False)``) runs for static shapes, where it exports.
 Ours gets a per-stage breakdown (capture, decomposition, translation, optimize, serialize).
-Prints per-model ratios ours / torch.onnx dynamo and ours / TorchScript, and their medians.
+Prints per-model ratios ours / torch.onnx dynamo and ours / TorchScript, and their medians;
+``cap/dyn`` is ours' capture alone (torch.export, the call torch.onnx makes too) over torch.onnx's
+whole export: the floor of ``/dyn`` for that model.
 """
 
 from __future__ import annotations
@@ -91,9 +94,21 @@ def cold(name: str, case_name: str, shapes: str) -> dict:
     return json.loads(lines[-1])
 
 
-def _cold_child(name: str, case_name: str, shapes: str) -> int:
+def _peak_rss_kib() -> float:
+    """This process's own peak RSS. Linux keeps ``ru_maxrss`` across fork and exec, so in a
+    child it is at least the bench's RSS when it forked; VmHWM is the new image's alone."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1])
+    except OSError:
+        pass
     import resource
 
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _cold_child(name: str, case_name: str, shapes: str) -> int:
     start = time.perf_counter()
     import torch  # noqa: F401
 
@@ -103,13 +118,17 @@ def _cold_child(name: str, case_name: str, shapes: str) -> int:
     case = model_zoo.get(case_name)
     imported = time.perf_counter()
     seconds, _ = _export(name, case, shapes)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = _peak_rss_kib()
     print(
         json.dumps(
             {"imports": imported - start, "export": seconds, "peak_rss_mib": peak_kib / 1024}
         )
     )
     return 0
+
+
+def _load() -> str:
+    return "/".join(f"{value:.2f}" for value in os.getloadavg()) + " (1/5/15 min)"
 
 
 def _median(values):
@@ -125,6 +144,14 @@ def main() -> int:
     parser.add_argument("--shapes", default="static,dynamic")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-cold", action="store_true", help="skip the fresh-process exports")
+    parser.add_argument(
+        "--cold-models",
+        default="",
+        help="comma-separated: the fresh-process exports only for these",
+    )
+    parser.add_argument(
+        "--warmup-once", action="store_true", help="warm each exporter up on the first model only"
+    )
     options = parser.parse_args()
 
     import torch
@@ -136,26 +163,31 @@ def main() -> int:
     else:
         cases = [c for c in model_zoo.cases(options.tier) if c.family.startswith(BENCH_FAMILIES)]
     shape_modes = options.shapes.split(",")
+    cold_models = set(filter(None, options.cold_models.split(",")))
     print(
         f"torch {torch.__version__}; warm: median of {options.repeats} in one process; "
-        f"cold: first export in a fresh process; seconds; load average {os.getloadavg()[0]:.2f}"
+        f"cold: first export in a fresh process; seconds; load average {_load()}"
     )
     print(
         f"{'model':34s} {'shapes':7s} {'ours':>7s} {'dynamo':>7s} {'tscript':>7s} "
-        f"{'/dyn':>5s} {'/ts':>5s} | {'cold ours':>9s} {'cold ts':>7s} {'/ts':>5s} "
+        f"{'/dyn':>5s} {'cap/dyn':>7s} {'/ts':>5s} | {'cold ours':>9s} {'cold ts':>7s} {'/ts':>5s} "
         f"{'imports':>7s} {'rss MiB':>7s} | " + " ".join(f"{s[:9]:>9s}" for s in STAGES)
     )
-    warm_ratios, warm_ts_ratios, cold_ts_ratios = [], [], []
-    for case in cases:
-        for shapes in shape_modes:
+    warm_ratios, warm_ts_ratios, cold_ts_ratios, capture_floors = [], [], [], []
+    warmed: set[str] = set()
+    # Every model static first, then every model dynamic: a run cut short still has the
+    # whole tier in one mode.
+    for shapes in shape_modes:
+        for case in cases:
             if shapes == "dynamic" and not case.dynamic_shapes:
                 continue
             warm: dict[str, list[float]] = {name: [] for name in EXPORTERS}
             stage_rows: list[dict] = []
             failed: dict[str, str] = {}
             for name in EXPORTERS:  # warm-up: imports, caches, first-call compilation
-                if not _applies(name, shapes):
+                if not _applies(name, shapes) or (options.warmup_once and name in warmed):
                     continue
+                warmed.add(name)
                 try:
                     _export(name, case, shapes)
                 except Exception as error:
@@ -164,7 +196,11 @@ def main() -> int:
                 for name in EXPORTERS:
                     if name in failed or not _applies(name, shapes):
                         continue
-                    seconds, stages = _export(name, case, shapes)
+                    try:  # with --warmup-once, this is the first export of this model
+                        seconds, stages = _export(name, case, shapes)
+                    except Exception as error:
+                        failed[name] = f"{type(error).__name__}"
+                        continue
                     warm[name].append(seconds)
                     if stages:
                         stage_rows.append(stages)
@@ -172,12 +208,14 @@ def main() -> int:
             if "ours" in failed:
                 print(f"{case.name:34s} {shapes:7s} ours failed: {failed['ours']}")
                 continue
+            capture = _median([r.get("capture", 0.0) for r in stage_rows])
             if warm["dynamo"]:
                 warm_ratios.append(ours / dynamo)
+                capture_floors.append(capture / dynamo)
             if warm["torchscript"]:
                 warm_ts_ratios.append(ours / tscript)
             cold_cells = f"{'':>9s} {'':>7s} {'':>5s} {'':>7s} {'':>7s}"
-            if not options.no_cold:
+            if not options.no_cold and (not cold_models or case.name in cold_models):
                 mine = cold("ours", case.name, shapes)
                 theirs = (
                     cold("torchscript", case.name, shapes)
@@ -203,7 +241,8 @@ def main() -> int:
 
             print(
                 f"{case.name:34s} {shapes:7s} {cell(ours)} {cell(dynamo)} {cell(tscript)} "
-                f"{cell(ours / dynamo, 5)} {cell(ours / tscript, 5)} | {cold_cells} | "
+                f"{cell(ours / dynamo, 5)} {cell(capture / dynamo)} {cell(ours / tscript, 5)} | "
+                f"{cold_cells} | "
                 f"{stage_text}"
                 + (
                     f"  (failed: {', '.join(f'{k} {v}' for k, v in failed.items())})"
@@ -217,6 +256,11 @@ def main() -> int:
         f"{len(warm_ratios)} exports (target <= {WARM_TARGET})"
     )
     print(
+        f"median ours' torch.export capture / torch.onnx dynamo: {_median(capture_floors):.2f} "
+        f"(the ratio ours would reach if every stage after capture took no time: the same "
+        f"torch.export call torch.onnx makes)"
+    )
+    print(
         f"median warm ratio ours/TorchScript: {_median(warm_ts_ratios):.2f} over "
         f"{len(warm_ts_ratios)} exports"
     )
@@ -225,7 +269,7 @@ def main() -> int:
             f"median cold ratio ours/TorchScript (first export in a fresh process): "
             f"{_median(cold_ts_ratios):.2f} over {len(cold_ts_ratios)} exports (target <= 1.0)"
         )
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    print(f"load average at the end: {_load()}")
     return 0
 
 

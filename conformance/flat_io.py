@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+from exporter import _dtypes
 from model_zoo.shapes import is_axis_spec, node_children
 
 
@@ -112,14 +113,10 @@ def flat_outputs(outputs: Any) -> list[torch.Tensor]:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A contiguous numpy copy; bfloat16 goes through ml_dtypes, which numpy lacks natively."""
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return np.array(tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16), order="C")
+    """A contiguous numpy copy (ml_dtypes arrays for bfloat16 and float8), which nothing the
+    model does to its inputs afterwards can change."""
     # np.array, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
-    return np.array(tensor.resolve_conj().resolve_neg().numpy(), order="C")
+    return np.array(_dtypes.to_numpy(tensor), order="C")
 
 
 def clone_tree(tree: Any) -> Any:

@@ -606,11 +606,12 @@ def _conclude(verdict, row, results: Path) -> None:
         pytest.skip(row.error or "skipped")
     if verdict.item == "xfail":
         pytest.xfail(f"{row.status} at {row.stage}: {verdict.message}")
-    lines = [f"{row.status} at stage {row.stage}" if row.stage else row.status]
-    if verdict.message:
-        lines.append(verdict.message)
-    if row.error:
-        lines.append(row.error)
+    # The first line is what a JUnit viewer shows as the failure message: it carries the
+    # error's own first line (its numbers, the op it names), not just the stage.
+    headline = f"{row.status} at stage {row.stage}" if row.stage else row.status
+    error_first, _, error_rest = (row.error or "").partition("\n")
+    details = [text for text in (error_first, verdict.message, error_rest) if text]
+    lines = [f"{headline}: {details[0]}" if details else headline, *details[1:]]
     if row.repro_dir:
         lines.append(f"repro: python {results / row.repro_dir / 'repro.py'}")
     pytest.fail("\n".join(lines), pytrace=False)

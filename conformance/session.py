@@ -16,16 +16,21 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-PROVIDERS = ("cpu", "cuda", "reference")
+from conformance.case import PROVIDERS
+
 _ORT_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def _check_provider(provider: str) -> None:
+    if provider not in PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
 
 
 class Session:
     """A loaded model: ``input_shapes`` as declared by the graph, ``run(feeds)`` -> outputs."""
 
     def __init__(self, model: onnx.ModelProto, provider: str):
-        if provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+        _check_provider(provider)
         self.provider = provider
         self.input_shapes = declared_input_shapes(model)
         self._bf16_outputs = [
@@ -162,8 +167,7 @@ class ModelSession:
     ``run(feeds)``, and ``latency_ms(feeds)``."""
 
     def __init__(self, path: Path, provider: str):
-        if provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
+        _check_provider(provider)
         header = onnx.load(str(path), load_external_data=False)
         self.input_shapes = declared_input_shapes(header)
         self.output_shapes = [declared_dims(value) for value in header.graph.output]

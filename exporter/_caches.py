@@ -6,12 +6,25 @@ cache module is loaded; it is never imported here) so that a ``DynamicCache`` fl
 tensors, layer by layer, key before value, and rebuilds from them. The graph's inputs and
 outputs for those tensors take the names optimum and onnxruntime-genai use:
 ``past_key_values.<layer>.key`` / ``.value`` in, ``present.<layer>.key`` / ``.value`` out
-(``.decoder`` / ``.encoder`` before the kind for an ``EncoderDecoderCache``).
+(``.decoder`` / ``.encoder`` before the kind for an ``EncoderDecoderCache``). A mamba layer
+(``LinearAttentionLayer``, in the DynamicCache mamba, mamba2 and falcon_mamba pass as
+``cache_params``) holds its convolution window and SSM state instead: ``cache_params.<layer>.conv``
+and ``.ssm`` in, ``present.<layer>.conv`` and ``.ssm`` out. Such a layer holding state takes
+mamba's one-token decode path, so its graph is a decode step (sequence 1).
+
+A ``StaticCache`` flattens to each layer's preallocated, full-length keys and values (same
+names) and one write position, ``past_key_values.cache_position`` in and
+``present.cache_position`` out: a 0-d int64 count of the tokens its layers hold, where the next
+ones are written. The in-place write becomes a functional one (ScatterElements), so the present
+tensors come out at full length. Its sliding-window layers (gemma2/gemma3-style hybrid caches)
+work until their window fills: a full window rolls instead of writing at the position, which
+the graph does not do, so such a cache is refused as an input (and a write past the window
+fails in onnxruntime rather than computing something else).
 
 A cache flattens to what fully describes it or not at all: a layer type whose state is more
-than its keys and values (a sliding window that has already slid, a static cache written in
-place, quantized or offloaded layers) is refused with an error, since a graph rebuilt from the
-tensors alone would compute something else.
+than its keys and values (a dynamic sliding window that has already slid, quantized or
+offloaded layers) is refused with an error, since a graph rebuilt from the tensors alone would
+compute something else.
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ from exporter._errors import InvalidExportArgumentsError
 
 _CACHE_MODULE = "transformers.cache_utils"
 KINDS = ("key", "value")
+#: The two states of a linear-attention (mamba) layer: its convolution window and its SSM state.
+LINEAR_KINDS = ("conv", "ssm")
 #: cumulative_length of a sliding layer rebuilt with a full window, which may have slid.
 _UNKNOWN_LENGTH = -1
 
@@ -49,7 +64,12 @@ class LayerEntry(pytree.MappingKey):
 
     def get(self, cache: Any) -> torch.Tensor:
         layer = cache.layers[self.layer]
-        return layer.keys if self.kind == "key" else layer.values
+        return {
+            "key": lambda: layer.keys,
+            "value": lambda: layer.values,
+            "conv": lambda: layer.conv_states[0],
+            "ssm": lambda: layer.recurrent_states[0],
+        }[self.kind]()
 
 
 def _layer_entry(layer: int, kind: str) -> LayerEntry:
@@ -72,6 +92,7 @@ def register() -> None:
     for cls, flatten, unflatten in (
         (module.DynamicCache, _flatten_dynamic, _unflatten_dynamic),
         (module.EncoderDecoderCache, _flatten_encoder_decoder, _unflatten_encoder_decoder),
+        (module.StaticCache, _flatten_static, _unflatten_static),
     ):
         if cls in pytree.SUPPORTED_NODES:
             continue
@@ -98,6 +119,16 @@ def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
     kind = type(layer)
     if kind is module.DynamicLayer:
         return "full", None
+    if kind is module.LinearAttentionLayer:
+        if layer.number_of_states != 1 or layer.record_past:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} is a LinearAttentionLayer with "
+                f"{layer.number_of_states} states"
+                + (" recording its past" if layer.record_past else "")
+                + "; the exporter flattens one conv state and one SSM state per layer (mamba's "
+                "cache), not recorded pasts. Pass a cache a plain forward has filled."
+            )
+        return "linear", None
     if kind is module.DynamicSlidingWindowLayer:
         stored = 0 if layer.keys is None else layer.keys.shape[-2]
         seen = layer.cumulative_length
@@ -119,8 +150,9 @@ def _layer_state(cache: Any, index: int, layer: Any) -> tuple[str, int | None]:
         return "sliding", int(layer.sliding_window)
     raise InvalidExportArgumentsError(
         f"{type(cache).__name__} layer {index} is a {kind.__name__}, whose state is more than "
-        f"its key and value tensors; the exporter flattens DynamicLayer and "
-        f"DynamicSlidingWindowLayer layers only. Use a DynamicCache of those."
+        f"its key and value tensors; the exporter flattens DynamicLayer, "
+        f"DynamicSlidingWindowLayer and LinearAttentionLayer layers only. Use a DynamicCache "
+        f"of those."
     )
 
 
@@ -134,12 +166,21 @@ def _flatten_dynamic(cache: Any) -> tuple[list[tuple[LayerEntry, torch.Tensor]],
     layout = []
     for index, layer in enumerate(cache.layers):
         kind, window = _layer_state(cache, index, layer)
-        filled = layer.keys is not None and layer.is_initialized
+        if kind == "linear":
+            filled = bool(layer.has_previous_state[0] and layer.is_recurrent_states_initialized[0])
+            tensors = (layer.conv_states[0], layer.recurrent_states[0])
+        else:
+            filled = layer.keys is not None and layer.is_initialized
+            tensors = (layer.keys, layer.values)
         layout.append((kind, window, filled))
         if filled:
-            children.append((_layer_entry(index, "key"), layer.keys))
-            children.append((_layer_entry(index, "value"), layer.values))
+            for name, tensor in zip(_kinds_of(kind), tensors):
+                children.append((_layer_entry(index, name), tensor))
     return children, tuple(layout)
+
+
+def _kinds_of(layer_kind: str) -> tuple[str, str]:
+    return LINEAR_KINDS if layer_kind == "linear" else KINDS
 
 
 def _unflatten_dynamic(values: Any, layout: Any) -> Any:
@@ -147,6 +188,12 @@ def _unflatten_dynamic(values: Any, layout: Any) -> Any:
     values = list(values)
     layers = []
     for kind, window, filled in layout:
+        if kind == "linear":
+            layer = module.LinearAttentionLayer()
+            if filled:
+                _fill_linear(layer, values.pop(0), values.pop(0))
+            layers.append(layer)
+            continue
         if kind == "sliding":
             layer = module.DynamicSlidingWindowLayer(sliding_window=window)
         else:
@@ -173,6 +220,138 @@ def _fill(layer: Any, key: torch.Tensor, value: torch.Tensor) -> None:
         layer.cumulative_length = _UNKNOWN_LENGTH if full else stored
 
 
+# --- StaticCache -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WritePosition(pytree.MappingKey):
+    """A pytree key: a static cache's write position, how many tokens its layers hold."""
+
+
+_WRITE_POSITION = WritePosition("cache_position")
+
+
+def _static_layer_kind(cache: Any, index: int, layer: Any, traced: bool) -> tuple[str, int]:
+    """``(kind of layer, its preallocated length)``, refusing a layer the flattened tensors do
+    not describe or whose update the graph cannot follow from here on."""
+    module = sys.modules[_CACHE_MODULE]
+    kind = type(layer)
+    if kind not in (module.StaticLayer, module.StaticSlidingWindowLayer):
+        raise InvalidExportArgumentsError(
+            f"{type(cache).__name__} layer {index} is a {kind.__name__}; the exporter flattens "
+            f"StaticLayer and StaticSlidingWindowLayer layers only. Use a StaticCache of those "
+            f"(or a DynamicCache)."
+        )
+    if not layer.is_initialized or layer.keys is None:
+        raise InvalidExportArgumentsError(
+            f"{type(cache).__name__} layer {index} is not allocated yet (a StaticCache allocates "
+            f"its tensors on the first forward): call cache.early_initialization(batch_size, "
+            f"num_heads, head_dim, dtype, device) before exporting, or pass a cache a prefill "
+            f"has filled"
+        )
+    if kind is module.StaticSlidingWindowLayer:
+        seen = layer.cumulative_length_int
+        if traced and bool(seen > layer.max_cache_len):
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} is a sliding-window layer of "
+                f"{layer.max_cache_len} tokens that the example inputs fill past its window: "
+                f"the traced update would hold only for that exact position. Export with fewer "
+                f"new tokens than the window."
+            )
+        if not traced and seen >= layer.max_cache_len:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layer {index} is a sliding-window layer whose window "
+                f"({layer.max_cache_len} tokens) is full ({seen} seen): from here on it rolls "
+                f"its tensors instead of writing at the cache position, which the exported "
+                f"graph does not do. Through the graph a sequence can grow to "
+                f"{layer.max_cache_len} tokens; run longer ones in eager, or use a cache with a "
+                f"larger window."
+            )
+        return "sliding", int(layer.max_cache_len)
+    return "full", int(layer.max_cache_len)
+
+
+def _flatten_static(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    """Each layer's full-length keys and values, then one write position (every layer's
+    ``cumulative_length``, which a forward advances alike in all of them)."""
+    if getattr(cache, "offloading", False):
+        raise InvalidExportArgumentsError(
+            "an offloaded StaticCache cannot be an export input or output: its tensors move "
+            "between devices during the forward; pass one built with offloading=False"
+        )
+    if not cache.layers:
+        raise InvalidExportArgumentsError("a StaticCache without layers cannot be flattened")
+    children: list[tuple[Any, torch.Tensor]] = []
+    layout = []
+    traced = _is_traced(getattr(cache.layers[0], "cumulative_length", None))
+    for index, layer in enumerate(cache.layers):
+        layout.append(_static_layer_kind(cache, index, layer, traced))
+        children.append((_layer_entry(index, "key"), layer.keys))
+        children.append((_layer_entry(index, "value"), layer.values))
+    position = cache.layers[0].cumulative_length
+    if not traced:
+        lengths = {int(layer.cumulative_length) for layer in cache.layers}
+        if len(lengths) > 1:
+            raise InvalidExportArgumentsError(
+                f"{type(cache).__name__} layers hold different numbers of tokens "
+                f"({sorted(lengths)}); the graph takes one cache position for all of them. "
+                f"Pass a cache every layer of which one forward has filled alike."
+            )
+    children.append((_WRITE_POSITION, position))
+    return children, tuple(layout)
+
+
+def _unflatten_static(values: Any, layout: Any) -> Any:
+    """A StaticCache holding copies of ``values``: its layers write into their tensors in
+    place, which must not write into the graph's inputs (nor, eagerly, a caller's tensors)."""
+    module = sys.modules[_CACHE_MODULE]
+    *tensors, position = values
+    layers = []
+    for index, (kind, length) in enumerate(layout):
+        key, value = tensors[2 * index], tensors[2 * index + 1]
+        if kind == "sliding":
+            layer = module.StaticSlidingWindowLayer(max_cache_len=length, sliding_window=length)
+            if _is_traced(position):
+                # The window's Python-int length picks update's branch and the mask sizes:
+                # 0 picks the write at the (tensor) cache position and the sizes every
+                # position before the window fills shares. The sequence length it also
+                # reports comes from the tensor instead, equal to it on that branch.
+                layer.cumulative_length_int = 0
+                layer.get_seq_length = lambda layer=layer: layer.cumulative_length
+            else:
+                layer.cumulative_length_int = int(position)
+        else:
+            layer = module.StaticLayer(max_cache_len=length)
+        layer.dtype, layer.device = key.dtype, key.device
+        layer.batch_size, layer.num_heads = key.shape[:2]
+        layer.k_head_dim, layer.v_head_dim = key.shape[-1], value.shape[-1]
+        layer.keys, layer.values = key.clone(), value.clone()
+        layer.cumulative_length = position.clone()
+        layer.is_initialized = True
+        layers.append(layer)
+    cache = module.StaticCache.__new__(module.StaticCache)
+    module.Cache.__init__(cache, layers=layers)
+    return cache
+
+
+def _is_traced(value: Any) -> bool:
+    """Whether ``value`` is one torch.export is tracing (no data to read)."""
+    return (
+        not isinstance(value, torch.Tensor) or torch._guards.detect_fake_mode((value,)) is not None
+    )
+
+
+def _fill_linear(layer: Any, conv: torch.Tensor, ssm: torch.Tensor) -> None:
+    """Hold copies of the states: a linear-attention layer overwrites them in place, which must
+    not write into the graph's inputs (nor, eagerly, a caller's tensors). A layer holding state
+    takes mamba's one-token decode path."""
+    layer.dtype, layer.device = conv.dtype, conv.device
+    layer.conv_states[0], layer.recurrent_states[0] = conv.clone(), ssm.clone()
+    layer.conv_kernel_size[0] = conv.shape[-1]
+    layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+    layer.has_previous_state[0] = True
+
+
 # --- EncoderDecoderCache -----------------------------------------------------------------------
 
 
@@ -197,8 +376,15 @@ def is_cache(value: Any) -> bool:
     )
 
 
+def is_static(cache: Any) -> bool:
+    """A transformers StaticCache (flattened with its write position last)."""
+    return type(cache) is _static_class() and _static_class() is not None
+
+
 def leaf_name(prefix: str, path: tuple[Any, ...]) -> str | None:
     """``prefix.<layer>[.decoder|.encoder].<kind>`` for a leaf inside a cache, else None."""
+    if any(isinstance(key, WritePosition) for key in path):
+        return f"{prefix}.{_WRITE_POSITION.key}"
     entries = [key for key in path if isinstance(key, LayerEntry)]
     if not entries:
         return None
@@ -259,7 +445,11 @@ def output_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:
 def _spec_holds_cache(spec: pytree.TreeSpec) -> bool:
     if spec.is_leaf():
         return False
-    if spec.type in (_dynamic_class(), _encoder_decoder_class()) and spec.type is not None:
+    if spec.type is not None and spec.type in (
+        _dynamic_class(),
+        _encoder_decoder_class(),
+        _static_class(),
+    ):
         return True
     return any(_spec_holds_cache(child) for child in spec.children())
 
@@ -267,6 +457,11 @@ def _spec_holds_cache(spec: pytree.TreeSpec) -> bool:
 def _dynamic_class() -> Any:
     module = sys.modules.get(_CACHE_MODULE)
     return None if module is None else module.DynamicCache
+
+
+def _static_class() -> Any:
+    module = sys.modules.get(_CACHE_MODULE)
+    return None if module is None else module.StaticCache
 
 
 def _encoder_decoder_class() -> Any:
@@ -279,10 +474,13 @@ def _child_keys(spec: pytree.TreeSpec) -> list[Any]:
     count = len(spec.children())
     if spec.type is _dynamic_class():
         keys = []
-        for index, (_kind, _window, filled) in enumerate(spec.context):
+        for index, (layer_kind, _window, filled) in enumerate(spec.context):
             if filled:
-                keys += [_layer_entry(index, kind) for kind in KINDS]
+                keys += [_layer_entry(index, kind) for kind in _kinds_of(layer_kind)]
         return keys
+    if spec.type is _static_class():
+        layers = len(spec.context)
+        return [_layer_entry(i, kind) for i in range(layers) for kind in KINDS] + [_WRITE_POSITION]
     if spec.type is _encoder_decoder_class():
         return [pytree.GetAttrKey(attr) for attr in _PARTS]
     context = spec.context
@@ -300,6 +498,8 @@ def expand_cache_spec(spec: Any, cache: Any, path: str) -> list[Any]:
     node = pytree.SUPPORTED_NODES[type(cache)]
     children = node.flatten_fn(cache)[0]
     if isinstance(spec, dict) and all(isinstance(k, int) for k in spec):
+        if type(cache) is _static_class():  # the write position is a 0-d tensor
+            return [spec] * (len(children) - 1) + [None]
         return [spec] * len(children)
     if isinstance(spec, (list, tuple)) and len(spec) == len(children):
         return list(spec)

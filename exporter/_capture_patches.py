@@ -1,4 +1,4 @@
-"""Opt-in capture patches: model-side rewrites for code torch.export cannot capture as written.
+"""Capture patches: model-side rewrites for code torch.export cannot capture as written.
 
 torchvision's detection models decide things in Python on sizes torch.export keeps symbolic
 or data-dependent, so every one of them fails at capture (torch.onnx too). Inside
@@ -19,16 +19,12 @@ that compute the same values with traceable ops (each replacement's docstring sa
   by bicubic weight matrices instead of a loop resizing each to a size read from box data;
   ``transform.resize_keypoints`` without ``torch.tensor(symbolic size)``.
 
-The number of detections stays dynamic in the exported model. Usage::
-
-    from exporter._capture_patches import torchvision_detection_patches
-
-    with torchvision_detection_patches():
-        onnx_program = exporter.export(model, ([image],), dynamic_shapes=([{1: "h", 2: "w"}],))
-
-They are opt-in because they change library code while active (and are not thread-safe);
-``CAPTURE_PATCHES`` maps the names ``export(..., capture_patches=[...])`` accepts to the context
-managers. torchvision is imported only when a patch is applied.
+The number of detections stays dynamic in the exported model. ``exporter.export`` applies the
+patches made for the model's kind by default (:func:`resolve` picks them, and the export record
+and report list them); ``export(..., capture_patches=())`` turns them off, and
+``capture_patches=[...]`` names them explicitly (``CAPTURE_PATCHES`` maps the accepted names to
+the context managers). They are active only while the model is captured, because they change
+library code (and so are not thread-safe). torchvision is imported only when a patch applies.
 """
 
 from __future__ import annotations

@@ -138,9 +138,27 @@ def _failed_trace(exc: BaseException) -> _TracedImplementationFailed | None:
     return None
 
 
+#: In-place dropouts, ``(input, p, train)``: they write nothing in eval mode or at p == 0.
+_INPLACE_DROPOUTS = frozenset(
+    f"aten::{name}_"
+    for name in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+)
+
+
+def _writes_nothing(node: torch.fx.Node) -> bool:
+    """An in-place dropout of an eval-mode model (torchvision's ``Dropout(inplace=True)``
+    heads) leaves its input as it was, so it forces no re-trace."""
+    if node.target.name() not in _INPLACE_DROPOUTS:
+        return False
+    p, train = (list(node.args[1:3]) + [None, None])[:2]
+    return train is False or (isinstance(p, (int, float)) and p == 0)
+
+
 def _mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+        return []
+    if _writes_nothing(node):
         return []
     mutated = []
     for i, arg in enumerate(target._schema.arguments):

@@ -123,8 +123,9 @@ _ORT_RAW_TYPE_NAMES = tuple(
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks)."""
-    tensor = tensor.detach().cpu()
+    """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks);
+    a view where torch's memory can be shared, so large weights are not copied."""
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
     ml_type = TORCH_TO_ML_DTYPES.get(tensor.dtype)
     if ml_type is not None:
         raw = torch.uint16 if tensor.element_size() == 2 else torch.uint8

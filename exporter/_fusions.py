@@ -1,14 +1,17 @@
 """Graph rewrites into fused standard ops: RMSNormalization, RotaryEmbedding and grouped-query
-Attention (opset 23), and Gelu's tanh approximation (opset 20).
+Attention (opset 23), and Gelu's tanh approximation (opset 20); below opset 23, RMSNorm in the
+form onnxruntime fuses itself (SimplifiedLayerNormalization).
 
 Models reach the exporter decomposed: transformers' RMSNorm is written as
-pow/mean/add/rsqrt/mul, its rotary embedding as ``x * cos + rotate_half(x) * sin``, its
+pow/mean/add/rsqrt/mul, its rotary embedding as ``x * cos + rotate_half(x) * sin`` (or, in
+Cohere, GLM and GPT-J, with each even/odd pair turned: the interleaved form), its
 grouped-query attention repeats key and value heads (unsqueeze/expand/reshape) before the
 attention, and GPT-2's gelu is the tanh formula. onnxruntime runs each of those as one kernel when the graph names the fused op, so
 the optimize step rewrites the decomposed forms with onnxscript's pattern rewriter.
 
 Every rule checks what the fused op assumes before it fires (the reduced axis is the last one,
-the scale covers only that axis, the cosine table repeats its halves, the repeated heads are
+the scale covers only that axis, the cosine table repeats each angle where the rotation pairs
+elements (as halves, or side by side when interleaved), the repeated heads are
 each key head copied consecutively); a graph it cannot prove that for is left as it is.
 
 Before them, at every opset, two simplifications that constant folding leaves to us: a Where on
@@ -128,6 +131,27 @@ class _RMSNorm(pattern.RewriteRuleClassBase):
         )
 
 
+class _RMSNormDivided(_RMSNorm):
+    """Below opset 23, the same normalisation written as onnxruntime's SimplifiedLayerNormFusion
+    matches it: Pow(x, 2), ReduceMean, Add, Sqrt, Div(x, ...), Mul(scale). transformers' rsqrt
+    reaches the graph as Reciprocal and Mul, and x * x as Mul: both forms onnxruntime runs as
+    six kernels instead of one."""
+
+    def __init__(self, square: str):
+        pattern.RewriteRuleClassBase.__init__(self, f"RMSNorm-divided-{square}")
+        self._square = square
+
+    def rewrite(self, op, x, axes, eps, scale, widened=None, narrowed=None, **_):
+        dtype = (widened if widened is not None else x).dtype
+        work = op.Cast(x, to=dtype) if widened is not None else x
+        two = op.Constant(value=ir.tensor(np.array(2, dtype=dtype.numpy())))
+        mean = op.ReduceMean(op.Pow(work, two), axes, keepdims=1)
+        normalized = op.Div(work, op.Sqrt(op.Add(mean, eps)))
+        if narrowed is not None:
+            normalized = op.Cast(normalized, to=narrowed.dtype)
+        return op.Mul(scale, normalized)
+
+
 # --- RotaryEmbedding -------------------------------------------------------------------------
 
 #: Ops that map each element of their (first) input to one output element.
@@ -135,12 +159,15 @@ _ELEMENTWISE_UNARY = frozenset({"Cos", "Sin", "Cast", "Neg", "Identity"})
 _ELEMENTWISE_BINARY = frozenset({"Mul", "Div", "Add", "Sub"})
 
 
-def _halves_repeat(value: ir.Value, half: int, depth: int = 8) -> bool:
-    """Whether the last axis of ``value`` is provably [t, t]: two equal halves of ``half``.
+def _pairs_repeat(value: ir.Value, half: int, interleaved: bool, depth: int = 8) -> bool:
+    """Whether the last axis of ``value`` provably holds each of ``half`` values twice: as two
+    equal halves [t, t] (rotate-half tables), or ``interleaved`` as equal neighbours
+    [t0, t0, t1, t1, ...].
 
     A constant is compared; a computed value is followed through the ops that keep the last
-    axis elementwise, down to a Concat of one value with itself (transformers'
-    ``cat((freqs, freqs), -1)``).
+    axis elementwise, down to where the repeat is made: transformers' ``cat((freqs, freqs), -1)``
+    (a Concat of one value with itself) or ``repeat_interleave(freqs, 2, -1)`` (a Reshape of
+    ``freqs`` unsqueezed and expanded to two along a new last axis).
     """
     dims = _dims(value)
     if dims is None or not dims or dims[-1] not in (1, 2 * half):
@@ -150,24 +177,52 @@ def _halves_repeat(value: ir.Value, half: int, depth: int = 8) -> bool:
     tensor = ir.convenience.get_const_tensor(value)
     if tensor is not None:
         array = tensor.numpy()
-        return bool(np.array_equal(array[..., :half], array[..., half:], equal_nan=True))
+        a, b = (
+            (array[..., 0::2], array[..., 1::2])
+            if interleaved
+            else (array[..., :half], array[..., half:])
+        )
+        return bool(np.array_equal(a, b, equal_nan=True))
     node = value.producer()
     if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
         return False
-    if node.op_type == "Concat":
+    if node.op_type == "Concat" and not interleaved:
         axis = node.attributes["axis"].as_int()
         a, b = node.inputs
         return axis in (-1, len(dims) - 1) and a is b and _dims(a) is not None
+    if node.op_type == "Reshape" and interleaved:
+        return _each_repeated_twice(node.inputs[0], dims)
     if node.op_type in _ELEMENTWISE_UNARY:
-        return _halves_repeat(node.inputs[0], half, depth - 1)
+        return _pairs_repeat(node.inputs[0], half, interleaved, depth - 1)
     if node.op_type in _ELEMENTWISE_BINARY:
-        return all(_broadcast_scalar(v) or _halves_repeat(v, half, depth - 1) for v in node.inputs)
+        return all(
+            _broadcast_scalar(v) or _pairs_repeat(v, half, interleaved, depth - 1)
+            for v in node.inputs
+        )
     if node.op_type == "Unsqueeze":
         axes = _ints(node.inputs[1])
         rank = len(dims)
         touches_last = axes is None or any(a in (-1, rank - 1) for a in axes)
-        return not touches_last and _halves_repeat(node.inputs[0], half, depth - 1)
+        return not touches_last and _pairs_repeat(node.inputs[0], half, interleaved, depth - 1)
     return False
+
+
+def _each_repeated_twice(wide: ir.Value, merged_dims: tuple) -> bool:
+    """Whether ``wide``, reshaped to ``merged_dims``, is Expand(Unsqueeze(t, new last axis)) to
+    two along that axis: the reshape then puts each value of t twice, side by side."""
+    node = wide.producer()
+    if node is None or node.op_type != "Expand" or node.domain not in ("", "ai.onnx"):
+        return False
+    narrow = node.inputs[0].producer()
+    if narrow is None or narrow.op_type != "Unsqueeze" or narrow.domain not in ("", "ai.onnx"):
+        return False
+    source = narrow.inputs[0]
+    src, dims = _dims(source), _dims(wide)
+    if src is None or dims is None or len(dims) != len(src) + 1:
+        return False
+    if _ints(narrow.inputs[1]) not in ([len(src)], [-1]):
+        return False
+    return dims == (*src, 2) and tuple(merged_dims) == (*src[:-1], 2 * src[-1])
 
 
 def _broadcast_scalar(value: ir.Value) -> bool:
@@ -187,42 +242,44 @@ def _size_of(op, x: ir.Value, axis: int) -> ir.Value:
     return op.Shape(x, start=axis, end=axis + 1)
 
 
-class _RotateHalf(pattern.RewriteRuleClassBase):
-    """x * cos + cat(-x[..., h:], x[..., :h]) * sin on a (batch, heads, seq, head_size) x."""
+_SLICE_PARTS = ("start", "end", "axes", "steps")
 
-    def __init__(self):
-        super().__init__("RotaryEmbedding-rotate-half")
 
-    def pattern(self, op, x, cos, sin, start1, end1, axes1, steps1, start2, end2, axes2, steps2):
-        first = op.Slice(x, start1, end1, axes1, steps1)
-        second = op.Slice(x, start2, end2, axes2, steps2)
-        rotated = op.Concat(op.Neg(second), first, _outputs=["rotated"])
-        return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
+def _slice(op, x, name: str):
+    """A Slice of ``x`` whose starts, ends, axes and steps bind as ``<part>_<name>``."""
+    return op.Slice(x, *(pattern.Var(f"{part}_{name}") for part in _SLICE_PARTS))
 
-    def check(self, context, x, cos, sin, rotated, **bound):
+
+def _unit_slices(bound: dict, names: tuple[str, ...]) -> list[list[list[int] | None]]:
+    """Per slice name, its constant [starts, ends, axes, steps] (None where not constant)."""
+    return [[_ints(bound[f"{part}_{name}"]) for part in _SLICE_PARTS] for name in names]
+
+
+def _to_end(end: list[int] | None, size: int) -> bool:
+    return end is not None and len(end) == 1 and end[0] >= size
+
+
+class _Rotary(pattern.RewriteRuleClassBase):
+    """x * cos + rotated(x) * sin on a (batch, heads, seq, head_size) x: what both rotary forms
+    share (the tables, the fused op); each form says how x is rotated and how the tables repeat
+    their values."""
+
+    interleaved: bool
+
+    def check_rotation(self, x: ir.Value, size: int, bound: dict) -> str | None:
+        """Why the rotation is not this form's, or None when it is."""
+        raise NotImplementedError
+
+    def check(self, context, x, cos, sin, **bound):
         dims = _dims(x)
         if dims is None or len(dims) != 4 or not _runs("RotaryEmbedding", x):
             return _fail("input is not 4-D or of a dtype onnxruntime has no kernel for", x)
         size = dims[3]
         if not isinstance(size, int) or size % 2:
             return _fail("head size is not a known even number", x)
-        half = size // 2
-        slices = [
-            [_ints(bound[f"{name}{i}"]) for name in ("start", "end", "axes", "steps")]
-            for i in (1, 2)
-        ]
-        for (start, end, axes, steps), want_start, want_end in (
-            (slices[0], 0, half),
-            (slices[1], half, size),
-        ):
-            if None in (start, end, axes, steps) or not _is_last_axis(axes, 4) or steps != [1]:
-                return _fail("a half is not a unit-step slice of the last axis", x)
-            if start != [want_start] or not (
-                end == [want_end] or (want_end == size and end[0] >= size)
-            ):
-                return _fail("the slices are not the two halves of the last axis", x)
-        if rotated.producer().attributes["axis"].as_int() not in (-1, 3):
-            return _fail("the halves are not joined on the last axis", rotated)
+        why_not = self.check_rotation(x, size, bound)
+        if why_not is not None:
+            return _fail(why_not, x)
         for table in (cos, sin):
             table_dims = _dims(table)
             if (
@@ -235,21 +292,25 @@ class _RotateHalf(pattern.RewriteRuleClassBase):
                 or table.dtype != x.dtype
             ):
                 return _fail("cos/sin are not (batch or 1, 1, seq, head_size) tables", table)
-            if not _halves_repeat(table, half):
-                return _fail("cos/sin do not repeat their halves", table)
+            if not _pairs_repeat(table, size // 2, self.interleaved):
+                return _fail("cos/sin do not repeat each angle the way the rotation pairs", table)
         return pattern.MatchResult()
 
     def rewrite(self, op, x, cos, sin, **_):
-        half = x.shape[3] // 2
+        size = x.shape[3]
+        # One angle per rotated pair: the first half of a rotate-half table, every other entry
+        # of an interleaved one.
+        start, end, step = (0, size, 2) if self.interleaved else (0, size // 2, 1)
 
         def cache(table):
-            halved = op.Slice(
+            angles = op.Slice(
                 table,
-                op.Constant(value_ints=[0]),
-                op.Constant(value_ints=[half]),
+                op.Constant(value_ints=[start]),
+                op.Constant(value_ints=[end]),
                 op.Constant(value_ints=[3]),
+                op.Constant(value_ints=[step]),
             )
-            cache = op.Squeeze(halved, op.Constant(value_ints=[1]))
+            cache = op.Squeeze(angles, op.Constant(value_ints=[1]))
             batch = x.shape[0]
             if table.shape[0] == batch:
                 return cache
@@ -260,7 +321,106 @@ class _RotateHalf(pattern.RewriteRuleClassBase):
                 rows = op.Concat(_size_of(op, x, 0), op.Constant(value_ints=[1, 1]), axis=0)
             return op.Expand(cache, rows)
 
-        return op.RotaryEmbedding(x, cache(cos), cache(sin), interleaved=0)
+        return op.RotaryEmbedding(x, cache(cos), cache(sin), interleaved=int(self.interleaved))
+
+
+class _RotateHalf(_Rotary):
+    """rotated(x) = cat(-x[..., h:], x[..., :h]): llama and most transformers models."""
+
+    interleaved = False
+
+    def __init__(self):
+        super().__init__("RotaryEmbedding-rotate-half")
+
+    def pattern(self, op, x, cos, sin):
+        rotated = op.Concat(
+            op.Neg(_slice(op, x, "second")), _slice(op, x, "first"), _outputs=["rotated"]
+        )
+        return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
+
+    def check_rotation(self, x, size, bound):
+        half = size // 2
+        first, second = _unit_slices(bound, ("first", "second"))
+        for (start, end, axes, steps), want_start, want_end in (
+            (first, 0, half),
+            (second, half, size),
+        ):
+            if None in (start, end, axes, steps) or not _is_last_axis(axes, 4) or steps != [1]:
+                return "a half is not a unit-step slice of the last axis"
+            if start != [want_start] or not (
+                end == [want_end] or (want_end == size and _to_end(end, size))
+            ):
+                return "the slices are not the two halves of the last axis"
+        if bound["rotated"].producer().attributes["axis"].as_int() not in (-1, 3):
+            return "the halves are not joined on the last axis"
+        return None
+
+
+class _RotateInterleaved(_Rotary):
+    """rotated(x) = stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2): each even/odd pair
+    turned on its own (transformers' Cohere and GLM, GPT-J's rotate_every_two)."""
+
+    interleaved = True
+
+    def __init__(self):
+        super().__init__("RotaryEmbedding-interleaved")
+
+    def pattern(self, op, x, cos, sin, stack_axis_odd, stack_axis_even, target):
+        stacked = op.Concat(
+            op.Unsqueeze(op.Neg(_slice(op, x, "odd")), stack_axis_odd),
+            op.Unsqueeze(_slice(op, x, "even"), stack_axis_even),
+            _outputs=["stacked"],
+        )
+        rotated = op.Reshape(stacked, target, _outputs=["rotated"])
+        return op.Add(op.Mul(x, cos), op.Mul(rotated, sin))
+
+    def check_rotation(self, x, size, bound):
+        even, odd = _unit_slices(bound, ("even", "odd"))
+        for (start, end, axes, steps), want_start in ((even, 0), (odd, 1)):
+            if None in (start, end, axes, steps) or not _is_last_axis(axes, 4) or steps != [2]:
+                return "a slice is not every other element of the last axis"
+            if start != [want_start] or not _to_end(end, size):
+                return "the slices are not the even and odd elements of the last axis"
+        for name in ("stack_axis_odd", "stack_axis_even"):
+            if _ints(bound[name]) not in ([4], [-1]):
+                return "the halves are not stacked on a new last axis"
+        if bound["stacked"].producer().attributes["axis"].as_int() not in (-1, 4):
+            return "the halves are not joined on the new last axis"
+        if _dims(bound["stacked"]) != (*_dims(x)[:3], size // 2, 2):
+            return "the stacked pairs do not have x's leading sizes"
+        if _dims(bound["rotated"]) != _dims(x):
+            return "the pairs are not flattened back to x's shape"
+        return None
+
+
+class _ShapeOfStackedPairs(pattern.RewriteRuleClassBase):
+    """Shape(stack((-x[..., 1::2], x[..., ::2]), -1)) over the leading axes is a Shape of x:
+    the interleaved rotation is fusable only once nothing else reads its stacked pairs (a
+    dynamic flatten reads its target sizes from them)."""
+
+    def __init__(self):
+        super().__init__("Shape-of-stacked-pairs", remove_nodes=False)
+
+    def pattern(self, op, x, stack_axis_odd, stack_axis_even):
+        stacked = op.Concat(
+            op.Unsqueeze(op.Neg(_slice(op, x, "odd")), stack_axis_odd),
+            op.Unsqueeze(_slice(op, x, "even"), stack_axis_even),
+            _outputs=["stacked"],
+        )
+        return op.Shape(stacked, _outputs=["sizes"])
+
+    def check(self, context, x, stacked, sizes, **_):
+        dims, pairs = _dims(x), _dims(stacked)
+        span = None if pairs is None else _shape_span(sizes, len(pairs))
+        if dims is None or span is None or span[1] > len(dims) - 1:
+            return _fail("not a read of leading sizes of the stacked pairs", sizes)
+        if any(pairs[i] != dims[i] for i in range(*span)):
+            return _fail("the stacked pairs and x differ in the sizes read", sizes)
+        return pattern.MatchResult()
+
+    def rewrite(self, op, x, stacked, sizes, **_):
+        start, end = _shape_span(sizes, len(_dims(stacked)))
+        return op.Shape(x, start=start, end=end)
 
 
 # --- grouped-query Attention -----------------------------------------------------------------
@@ -280,6 +440,15 @@ def _repeated_heads(expanded: ir.Value, merged: ir.Value, source: ir.Value) -> i
     if out != (src[0], src[1] * groups, src[2], src[3]):
         return None
     return groups
+
+
+def _shape_span(sizes: ir.Value, rank: int) -> tuple[int, int] | None:
+    """The [start, end) axes a Shape node reads of a value of ``rank`` (None if it reads none)."""
+    attributes = sizes.producer().attributes
+    start = attributes["start"].as_int() if "start" in attributes else 0
+    end = attributes["end"].as_int() if "end" in attributes else rank
+    start, end = (max(0, min(rank, i + rank if i < 0 else i)) for i in (start, end))
+    return (start, end) if start < end else None
 
 
 class _ShapeBeforeRepeat(pattern.RewriteRuleClassBase):
@@ -306,16 +475,10 @@ class _ShapeBeforeRepeat(pattern.RewriteRuleClassBase):
 
     @staticmethod
     def _span(wide, sizes) -> tuple[int, int] | None:
-        dims = _dims(wide)
-        if dims is None or len(dims) != 5:
+        span = _shape_span(sizes, 5)
+        if span is None or span[0] <= 2 < span[1]:
             return None
-        attributes = sizes.producer().attributes
-        start = attributes["start"].as_int() if "start" in attributes else 0
-        end = attributes["end"].as_int() if "end" in attributes else 5
-        start, end = (max(0, min(5, i + 5 if i < 0 else i)) for i in (start, end))
-        if start >= end or start <= 2 < end:
-            return None
-        return start, end
+        return span
 
     def rewrite(self, op, k, wide, sizes, **_):
         start, end = self._span(wide, sizes)
@@ -449,9 +612,19 @@ _SIMPLIFICATIONS = [_DecidedWhere.rule(), _OpenMaskAttention.rule()]
 _RULES: list[tuple[str, Callable[[], list[list]]]] = [
     ("Gelu", lambda: [[_TanhGelu.rule()]]),
     ("RMSNormalization", lambda: [[_RMSNorm.rule("mul"), _RMSNorm.rule("pow")]]),
-    ("RotaryEmbedding", lambda: [[_RotateHalf.rule()]]),
-    # The sizes move off the repeated key/value first: a repeat still read is not removable.
+    (
+        "RotaryEmbedding",
+        lambda: [[_ShapeOfStackedPairs.rule()], [_RotateHalf.rule(), _RotateInterleaved.rule()]],
+    ),
+    # Sizes read off the stacked pairs, or off the repeated key/value, move to the value they
+    # came from first: a value still read elsewhere is not removable.
     ("Attention", lambda: [[_ShapeBeforeRepeat.rule()], [_GroupedQueryAttention.rule()]]),
+]
+
+#: Per fused op, for the opsets without it: rules into the form onnxruntime's own fusions
+#: recognise, so that it runs one kernel all the same.
+_ONNXRUNTIME_FORMS: list[tuple[str, Callable[[], list]]] = [
+    ("RMSNormalization", lambda: [_RMSNormDivided.rule("mul"), _RMSNormDivided.rule("pow")]),
 ]
 
 
@@ -473,6 +646,10 @@ def fuse(model: ir.Model) -> dict[str, int]:
             for rule_set in prepare:
                 rule_set.apply_to_model(model)
             counts[op_type] = make.apply_to_model(model)
+    for op_type, rules in _ONNXRUNTIME_FORMS:
+        if not _opsets.has(op_type, opset):
+            rule_set = pattern.RewriteRuleSet(rules(), commute=True)
+            counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per
         # use, while q and k of every layer share them (CSE).

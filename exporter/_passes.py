@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from exporter import _dtypes, _fusions
+from exporter import _dtypes
 
 
 def finalize(model: ir.Model) -> None:
@@ -41,17 +45,50 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     Model-local functions are kept (not inlined) when ``keep_functions`` is true; by default
     they are kept whenever the model has any, since someone asked for them.
     """
+    # onnxscript (its optimizer and rewriter, ~1 s to import) loads with the first optimized
+    # export, not with the exporter: an export with optimize=False never needs it.
     import onnxscript.optimizer
+
+    from exporter import _fusions
 
     if keep_functions is None:
         keep_functions = bool(model.functions)
-    onnxscript.optimizer.optimize_ir(
-        model, inline=not keep_functions, should_fold=_fold_small_fills
-    )
+    with _quiet_folding_misses():
+        onnxscript.optimizer.optimize_ir(
+            model, inline=not keep_functions, should_fold=_fold_small_fills
+        )
     # After folding, so that constant cos/sin tables and shapes are visible to the rules.
     _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
     widen_float8_fills(model)
+
+
+_FOLDING_LOGGER = "onnxscript.optimizer._constant_folding"
+
+
+class _FoldingMiss(logging.Filter):
+    """Drops the constant folder's "Evaluation failed" warnings: onnx's reference kernel could
+    not evaluate a node, so the node stays in the graph and onnxruntime computes it. The model
+    is right, and a warning on every such export reads as if it were not; the message goes to
+    the exporter's debug log instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Evaluation failed"):
+            return True
+        logging.getLogger("exporter").debug("constant folding left a node unfolded: %s", message)
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_folding_misses() -> Iterator[None]:
+    logger = logging.getLogger(_FOLDING_LOGGER)
+    miss = _FoldingMiss()
+    logger.addFilter(miss)
+    try:
+        yield
+    finally:
+        logger.removeFilter(miss)
 
 
 #: A fill of at most this many elements is folded into a constant.

@@ -117,9 +117,9 @@ def check_leaves(tree: Any, path: str = "inputs") -> None:
     if _caches.is_cache(tree):
         raise InvalidExportArgumentsError(
             f"{path} is a transformers {type(tree).__name__}, which the exporter cannot flatten "
-            f"into graph inputs: its layers keep state beyond their key and value tensors (a "
-            f"static cache is written in place at cache positions). Pass a DynamicCache (or an "
-            f"EncoderDecoderCache of two) holding the same keys and values."
+            f"into graph inputs: its layers keep state beyond their key and value tensors "
+            f"(quantized or offloaded layers). Pass a DynamicCache, a StaticCache or an "
+            f"EncoderDecoderCache holding the same keys and values."
         )
     import numpy as np
 

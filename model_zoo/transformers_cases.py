@@ -94,14 +94,34 @@ class CausalLMWithCache(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
     ) -> tuple[torch.Tensor, Any]:
+        return self._step(input_ids, attention_mask, "past_key_values", past_key_values)
+
+    def _step(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, argument: str, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
         output = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **{argument: cache},
             use_cache=True,
             return_dict=True,
         )
-        return output.logits, output.past_key_values
+        return output.logits, getattr(output, argument)
+
+
+class StateSpaceLMWithCache(CausalLMWithCache):
+    """One decoding step of a mamba-style model on its ``cache_params``: (logits, present).
+
+    The cache (a DynamicCache of linear-attention layers) goes in and comes out as the object;
+    the exporter flattens each layer to ``cache_params.<layer>.conv`` / ``.ssm`` inputs and
+    ``present.<layer>.conv`` / ``.ssm`` outputs. A cache holding state takes the model's
+    one-token decode path, so the step's sequence length is 1.
+    """
+
+    def forward(  # the cache's parameter name names the graph's inputs
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache_params: Any
+    ) -> tuple[torch.Tensor, Any]:
+        return self._step(input_ids, attention_mask, "cache_params", cache_params)
 
 
 class Seq2Seq(nn.Module):
@@ -402,6 +422,144 @@ def _register_decoders() -> None:
         )
 
 
+MAMBA_CONFIG = {
+    "vocab_size": _VOCAB,
+    "hidden_size": 32,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "expand": 2,
+    "conv_kernel": 4,
+    "time_step_rank": 4,
+    **_TOKEN_IDS,
+}
+#: Mamba-style decoders: config and model class, their cache passed as ``cache_params``.
+_STATE_SPACE_DECODERS = {
+    "mamba": ("MambaConfig", "MambaForCausalLM", MAMBA_CONFIG),
+    "falcon_mamba": ("FalconMambaConfig", "FalconMambaForCausalLM", MAMBA_CONFIG),
+    "mamba2": (
+        "Mamba2Config",
+        "Mamba2ForCausalLM",
+        {**MAMBA_CONFIG, "n_groups": 1, "num_heads": 8, "head_dim": 8},
+    ),
+}
+# no sequence size: a step is always one token
+_MAMBA_SIZES = {"batch": 2, "past_sequence": 5}
+_MAMBA_SECOND_SIZES = {"batch": 3, "past_sequence": 8}
+
+
+def _register_state_space_decoders() -> None:
+    for short_name, (config_class, model_class, config) in _STATE_SPACE_DECODERS.items():
+        _register_state_space_decoder(short_name, config_class, model_class, config)
+
+
+def _register_state_space_decoder(
+    short_name: str, config_class: str, model_class: str, config: Mapping[str, Any]
+) -> None:
+    name = f"transformers/{short_name}-kv"
+    build = functools.partial(_build_hf, config_class, model_class, config, name)
+    language_model = functools.cache(build)
+
+    def make_inputs(sizes: Mapping[str, int]) -> Inputs:
+        generator = generator_for(name, sizes)
+        batch, past = sizes["batch"], sizes["past_sequence"]
+        prompt = _token_ids(generator, batch, past)
+        return (), {
+            "input_ids": _token_ids(generator, batch, 1),
+            "attention_mask": torch.ones((batch, past + 1), dtype=torch.int64),
+            "cache_params": _prefilled_states(language_model(), prompt),
+        }
+
+    def greedy_prompt() -> dict[str, Any]:
+        sizes = {"batch": 2, "sequence": 6}
+        prompt = _token_ids(generator_for(f"{name}-greedy", sizes), 2, sizes["sequence"])
+        # the graph decodes one token at a time: eager reads all but the prompt's last token
+        return {
+            "input_ids": prompt[:, -1:],
+            "attention_mask": torch.ones_like(prompt),
+            "past_key_values": _prefilled_states(language_model(), prompt[:, :-1]),
+            "cache_argument": "cache_params",
+        }
+
+    _register(
+        f"{short_name}-kv",
+        "transformers-decoder",
+        lambda: StateSpaceLMWithCache(build()).eval(),
+        make_inputs,
+        _MAMBA_SIZES,
+        _MAMBA_SECOND_SIZES,
+        {
+            "input_ids": {0: "batch"},
+            "attention_mask": {0: "batch", 1: "total_sequence"},
+            "cache_params": [{0: "batch"}] * (2 * config["num_hidden_layers"]),
+        },
+        notes=f"{model_class}: one decoding step of 1 new token on its cache_params (a "
+        "DynamicCache of LinearAttentionLayer, conv and SSM state per layer) filled by a prefill "
+        "of `past_sequence` tokens, passed and returned as the cache object; returns (logits, "
+        "present cache). A cache holding state takes the one-token path, so the sequence is "
+        "1. The suite also generates 8 greedy tokens through the graph from a cache an eager "
+        "prefill filled and compares them with eager's.",
+        greedy_prompt=greedy_prompt,
+    )
+
+
+#: Decoders also given a StaticCache case: a plain one, and a hybrid of sliding and full layers.
+_STATIC_DECODERS = ("llama", "gemma2")
+#: Slots of the static cases' caches (and of their sliding layers: below gemma2's window of 64).
+_STATIC_CACHE_LENGTH = 32
+
+
+def _register_static_cache_decoders() -> None:
+    for short_name in _STATIC_DECODERS:
+        config_class, model_class, config = _DECODERS[short_name]
+        name = f"transformers/{short_name}-static-kv"
+        build = functools.partial(_build_hf, config_class, model_class, config, name)
+        _register(
+            f"{short_name}-static-kv",
+            "transformers-decoder",
+            lambda build=build: CausalLMWithCache(build()).eval(),
+            _kv_inputs(name, build, static=True),
+            _KV_SIZES,
+            _KV_SECOND_SIZES,
+            {
+                "input_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "total_sequence"},
+                # keys and values at full length; the write position is a 0-d tensor
+                "past_key_values": [{0: "batch"}] * (2 * _kv_layers(config)) + [None],
+            },
+            notes=f"{model_class}: one decoding step of `sequence` new tokens on a StaticCache "
+            f"of {_STATIC_CACHE_LENGTH} slots holding `past_sequence` tokens from a prefill, "
+            "passed and returned as the cache object (full-length keys/values and "
+            "past_key_values.cache_position, the write position); returns (logits, present "
+            "cache). The suite also generates 8 greedy tokens through the graph (a prefill on "
+            "an empty static cache, then one-token decodes) and compares them with eager's.",
+            greedy_prompt=_greedy_prompt(name, build, static=True),
+        )
+
+
+def _static_cache(language_model: nn.Module, batch: int) -> Any:
+    """An allocated, empty StaticCache for ``language_model``."""
+    import transformers
+
+    from exporter import _caches
+
+    _caches.register()
+    config = language_model.config
+    cache = transformers.StaticCache(config=config, max_cache_len=_STATIC_CACHE_LENGTH)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache.early_initialization(
+        batch, config.num_key_value_heads, head_dim, torch.float32, torch.device("cpu")
+    )
+    return cache
+
+
+def _prefilled_states(language_model: nn.Module, prompt: torch.Tensor) -> Any:
+    from exporter import _caches
+
+    _caches.register()
+    with torch.no_grad():
+        return language_model(input_ids=prompt, use_cache=True, return_dict=True).cache_params
+
+
 def _decoder(config_class: str, model_class: str, config: Mapping[str, Any], name: str):
     return TextModel(_build_hf(config_class, model_class, config, name), causal=True).eval()
 
@@ -421,24 +579,27 @@ def _kv_shapes(config_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _prefilled_cache(language_model: nn.Module, prompt: torch.Tensor) -> Any:
+def _prefilled_cache(language_model: nn.Module, prompt: torch.Tensor, static: bool = False) -> Any:
     from exporter import _caches
 
     _caches.register()  # flattening the case's outputs and inputs needs the cache as a node
+    cache = _static_cache(language_model, prompt.shape[0]) if static else None
     with torch.no_grad():
-        prefill = language_model(input_ids=prompt, use_cache=True, return_dict=True)
+        prefill = language_model(
+            input_ids=prompt, past_key_values=cache, use_cache=True, return_dict=True
+        )
     return prefill.past_key_values
 
 
 def _kv_inputs(
-    name: str, build_language_model: Callable[[], nn.Module]
+    name: str, build_language_model: Callable[[], nn.Module], static: bool = False
 ) -> Callable[[Mapping[str, int]], Inputs]:
     language_model = functools.cache(build_language_model)
 
     def make_inputs(sizes: Mapping[str, int]) -> Inputs:
         generator = generator_for(name, sizes)
         batch, sequence, past = sizes["batch"], sizes["sequence"], sizes["past_sequence"]
-        cache = _prefilled_cache(language_model(), _token_ids(generator, batch, past))
+        cache = _prefilled_cache(language_model(), _token_ids(generator, batch, past), static)
         return (), {
             "input_ids": _token_ids(generator, batch, sequence),
             "attention_mask": torch.ones((batch, past + sequence), dtype=torch.int64),
@@ -449,7 +610,7 @@ def _kv_inputs(
 
 
 def _greedy_prompt(
-    name: str, build_language_model: Callable[[], nn.Module]
+    name: str, build_language_model: Callable[[], nn.Module], static: bool = False
 ) -> Callable[[], dict[str, Any]]:
     """A prompt of 2 rows, its mask and an empty cache of the model's layout, for
     ``exporter.diagnostics.generation.check_greedy``."""
@@ -464,7 +625,9 @@ def _greedy_prompt(
         return {
             "input_ids": prompt_ids,
             "attention_mask": torch.ones_like(prompt_ids),
-            "past_key_values": empty_cache_like(_prefilled_cache(language_model(), prompt_ids)),
+            "past_key_values": empty_cache_like(
+                _prefilled_cache(language_model(), prompt_ids, static)
+            ),
         }
 
     return prompt
@@ -737,6 +900,8 @@ def _register_audio() -> None:
 
 _register_encoders()
 _register_decoders()
+_register_state_space_decoders()
+_register_static_cache_decoders()
 _register_seq2seq()
 _register_vision()
 _register_audio()

@@ -56,12 +56,15 @@ def build_reports(
     _remove_stale_outputs(out)
     written = []
     markdown = render_markdown(rows, completeness, runs, ExpectationLinks(), out, missing)
+    if not charts:
+        # No chart is drawn, so none may be linked.
+        markdown["summary.md"] = without_chart_images(markdown["summary.md"])
     for name, content in markdown.items():
         written.append(_write_text(out / name, content))
     if charts:
         for chart in planned_charts(rows):
             written.append(draw(chart, out / chart.path))
-    append_step_summary(step_summary_text(markdown["summary.md"]))
+    append_step_summary(without_chart_images(markdown["summary.md"]))
     return written
 
 
@@ -83,9 +86,10 @@ def build_from_paths(
     return found, written
 
 
-def step_summary_text(summary: str) -> str:
-    """The summary without its chart images, whose relative paths do not resolve on GitHub's
-    job-summary page (the charts travel in the uploaded report artifact instead)."""
+def without_chart_images(summary: str) -> str:
+    """The summary without its chart images: for a build that draws none, and for GitHub's
+    job-summary page, where relative paths do not resolve (the charts travel in the uploaded
+    report artifact instead)."""
     return "\n".join(line for line in summary.splitlines() if not line.startswith("![")) + "\n"
 
 

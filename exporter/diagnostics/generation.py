@@ -3,7 +3,10 @@ graph, with the cache the graph returns fed back in, pick the same tokens as eag
 
 A step is a call ``(input_ids, attention_mask, past_key_values, **extra) -> output`` whose output
 holds the logits and the updated cache: a transformers ``ModelOutput`` (``.logits``,
-``.past_key_values``) or a tuple whose first tensor is the logits and which holds one cache.
+``.past_key_values``, or ``.cache_params`` for mamba) or a tuple whose first tensor is the
+logits and which holds one cache. Mamba-style models take their cache as ``cache_params``
+(``cache_argument``); their graph decodes one token at a time, so their check starts from a
+cache an eager prefill filled and feeds the prompt's last token.
 The ONNX side calls the program with the same keywords and rebuilds its flat outputs with
 ``ONNXProgram.unflatten_outputs``, so the cache it feeds back is the one the graph computed.
 """
@@ -22,6 +25,8 @@ from exporter import _caches
 
 #: How many tokens the check generates after the prompt.
 NEW_TOKENS = 8
+#: Where a ModelOutput holds the cache: attention models, then mamba-style ones.
+_CACHE_FIELDS = ("past_key_values", "cache_params")
 
 
 @dataclasses.dataclass
@@ -35,15 +40,25 @@ class GreedyCheck:
 
 def empty_cache_like(cache: Any, batch: int | None = None) -> Any:
     """A cache of ``cache``'s layout (layer types, heads, head size) holding no tokens, for a
-    prefill through a graph whose past length is an input; ``batch`` rows (default: as given)."""
+    prefill through a graph whose past length is an input; ``batch`` rows (default: as given).
+    A StaticCache keeps its full length, zeros, with its write position at 0."""
     _caches.register()
     leaves, spec = pytree.tree_flatten(cache)
-    if not leaves or not all(isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 for leaf in leaves):
+    tensors = leaves[:-1] if _caches.is_static(cache) else leaves
+    if not tensors or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in tensors):
         raise ValueError(
             f"{type(cache).__name__} does not flatten to key/value tensors; pass a filled "
-            "transformers DynamicCache to copy the layout from"
+            "transformers DynamicCache or StaticCache to copy the layout from"
         )
     rows = leaves[0].shape[0] if batch is None else batch
+    if _caches.is_static(cache):  # full-length tensors, nothing written: position 0
+        empty = [
+            torch.zeros_like(leaf[:1]).expand(rows, *leaf.shape[1:]).contiguous()
+            if leaf.dim()
+            else torch.zeros_like(leaf)
+            for leaf in leaves
+        ]
+        return pytree.tree_unflatten(empty, spec)
     empty = [
         leaf[:1].expand(rows, *leaf.shape[1:]).narrow(-2, 0, 0).contiguous() for leaf in leaves
     ]
@@ -52,8 +67,9 @@ def empty_cache_like(cache: Any, batch: int | None = None) -> Any:
 
 def logits_and_cache(output: Any) -> tuple[torch.Tensor, Any]:
     """The logits and the cache of a step's output (see the module docstring)."""
-    if hasattr(output, "logits") and hasattr(output, "past_key_values"):
-        return output.logits, output.past_key_values
+    for field in _CACHE_FIELDS:
+        if hasattr(output, "logits") and getattr(output, field, None) is not None:
+            return output.logits, getattr(output, field)
     if isinstance(output, (tuple, list)):
         tensors = [item for item in output if isinstance(item, torch.Tensor)]
         caches = [item for item in output if _caches.is_cache(item)]
@@ -61,7 +77,8 @@ def logits_and_cache(output: Any) -> tuple[torch.Tensor, Any]:
             return tensors[0], caches[0]
     raise ValueError(
         f"a step returned {type(output).__name__}; greedy generation needs the logits and one "
-        f"cache (a ModelOutput with .logits and .past_key_values, or a tuple (logits, cache))"
+        f"cache (a ModelOutput with .logits and .past_key_values or .cache_params, or a tuple "
+        f"(logits, cache))"
     )
 
 
@@ -71,6 +88,8 @@ def greedy_tokens(
     attention_mask: torch.Tensor,
     past_key_values: Any,
     new_tokens: int = NEW_TOKENS,
+    *,
+    cache_argument: str = "past_key_values",
     **extra: Any,
 ) -> torch.Tensor:
     """``new_tokens`` tokens per row, each the argmax of the last position's logits: a prefill
@@ -80,7 +99,7 @@ def greedy_tokens(
     ids, mask, cache = input_ids, attention_mask, past_key_values
     for _ in range(new_tokens):
         logits, cache = logits_and_cache(
-            step(input_ids=ids, attention_mask=mask, past_key_values=cache, **extra)
+            step(input_ids=ids, attention_mask=mask, **{cache_argument: cache}, **extra)
         )
         ids = logits[:, -1].argmax(-1, keepdim=True).to(input_ids.dtype)
         picked.append(ids)
@@ -95,6 +114,8 @@ def check_greedy(
     attention_mask: torch.Tensor,
     past_key_values: Any,
     new_tokens: int = NEW_TOKENS,
+    *,
+    cache_argument: str = "past_key_values",
     **extra: Any,
 ) -> GreedyCheck:
     """Greedy tokens from eager ``model`` and from its ONNX export, from the same prompt and
@@ -111,6 +132,7 @@ def check_greedy(
             attention_mask,
             copy.deepcopy(past_key_values),  # eager caches grow in place
             new_tokens,
+            cache_argument=cache_argument,
             **extra,
         )
 
@@ -123,7 +145,13 @@ def check_greedy(
         return pytree.tree_unflatten([torch.as_tensor(out) for out in flat], spec)
 
     picked = greedy_tokens(
-        onnx_step, input_ids, attention_mask, past_key_values, new_tokens, **extra
+        onnx_step,
+        input_ids,
+        attention_mask,
+        past_key_values,
+        new_tokens,
+        cache_argument=cache_argument,
+        **extra,
     )
     problem = None
     if not torch.equal(eager, picked):

@@ -321,3 +321,67 @@ def kron(ctx, self, other):
 def _pad_rank(ctx, x, rank):
     missing = rank - ctx.rank(x)
     return ctx.op.Unsqueeze(x, list(range(missing))) if missing else x
+
+
+# --------------------------------------------------------------------------- grouped matmul
+def _group_of(ctx, offs, positions):
+    """Per position along the grouped axis, the index of its group: how many group ends
+    (``offs`` holds cumulative ends) lie at or before it. Positions past the last end get the
+    group count, an index no group has."""
+    ends = ctx.cast(offs, torch.int64)
+    index = ctx.op.Range(ctx.scalar(0), ctx.op.Squeeze(positions, [0]), ctx.scalar(1))
+    past = ctx.op.GreaterOrEqual(ctx.op.Unsqueeze(index, [1]), ctx.op.Unsqueeze(ends, [0]))
+    return ctx.op.ReduceSum(ctx.cast(past, torch.int64), [1], keepdims=0)
+
+
+def _pick_group(ctx, products, group, axis, work):
+    """From per-group ``products`` (G, M, N), the entry of ``group[i]`` at each position ``i``
+    of ``axis`` (1: rows, 2: columns), as (M, N); zeros where ``group`` is past the last
+    group (torch leaves those positions unwritten)."""
+    groups = ctx.op.Shape(products, start=0, end=1)
+    layout = [1, -1, 1] if axis == 1 else [1, 1, -1]
+    valid = ctx.op.Reshape(ctx.op.Less(group, groups), layout[1:])
+    clamped = ctx.op.Min(group, ctx.op.Sub(groups, ctx.const([1], torch.int64)))
+    one_group = ctx.op.Concat(ctx.const([1], torch.int64), ctx.op.Shape(products, start=1), axis=0)
+    index = ctx.op.Expand(ctx.op.Reshape(clamped, layout), one_group)
+    picked = ctx.op.Squeeze(ctx.op.GatherElements(products, index, axis=0), [0])
+    return ctx.op.Where(valid, picked, ctx.scalar(0, work))
+
+
+@translates(aten._grouped_mm.default)
+def grouped_mm(ctx, self, mat2, offs=None, bias=None, out_dtype=None):
+    """torch's grouped GEMM; ``offs`` holds the cumulative end of each group along the axis
+    the 2-D operand is split on:
+
+    - 3-D x 3-D, no offs: a batched matmul;
+    - 2-D (M, K) x 3-D (G, K, N): rows of ``self`` grouped, each times its ``mat2[g]``;
+    - 3-D (G, M, K) x 2-D (K, N): columns of ``mat2`` grouped, each times ``self[g]``;
+    - 2-D (M, K) x 2-D (K, N): the contraction axis grouped, giving (G, M, N).
+
+    Each form computes every group's product and picks the rows, columns or contraction
+    slices that belong to it, so the offsets may be runtime values. bfloat16 computes in
+    float32 (onnxruntime's MatMul has no bfloat16 kernel) and rounds once, as torch's
+    kernels accumulate in float32.
+    """
+    if bias is not None:
+        raise NotImplementedError("aten._grouped_mm with a bias (torch's kernels refuse it too)")
+    (a, b), work = _operands(ctx, self, mat2)
+    rank_a, rank_b = ctx.rank(self), ctx.rank(mat2)
+    if offs is None:
+        return _finish(ctx, ctx.op.MatMul(a, b))
+    if rank_a == 2 and rank_b == 3:
+        group = _group_of(ctx, offs, ctx.op.Shape(a, start=0, end=1))
+        return _finish(ctx, _pick_group(ctx, ctx.op.MatMul(a, b), group, 1, work))
+    if rank_a == 3 and rank_b == 2:
+        group = _group_of(ctx, offs, ctx.op.Shape(b, start=1, end=2))
+        return _finish(ctx, _pick_group(ctx, ctx.op.MatMul(a, b), group, 2, work))
+    if rank_a == 2 and rank_b == 2:
+        group = _group_of(ctx, offs, ctx.op.Shape(a, start=1, end=2))
+        groups = ctx.op.Range(ctx.scalar(0), ctx.op.Squeeze(ctx.op.Shape(offs), [0]), ctx.scalar(1))
+        member = ctx.op.Equal(ctx.op.Unsqueeze(groups, [1]), ctx.op.Unsqueeze(group, [0]))
+        sliced = ctx.op.Where(ctx.op.Unsqueeze(member, [1]), a, ctx.scalar(0, work))
+        return _finish(ctx, ctx.op.MatMul(sliced, b))  # (G, M, K) x (K, N)
+    raise ValueError(
+        f"aten._grouped_mm of a {rank_a}-D and a {rank_b}-D operand with offsets; torch "
+        f"defines 2-D x 3-D, 3-D x 2-D and 2-D x 2-D with offsets, 3-D x 3-D without"
+    )

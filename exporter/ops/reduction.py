@@ -1,5 +1,6 @@
 """Reductions and scans: sum/mean/prod, max/min and arg-variants, any/all, var/std, norms,
-logsumexp, cumulative ops, and order statistics (median, mode, kthvalue), histc, bincount.
+logsumexp, cumulative ops and their inverse (diff), and order statistics (median, mode,
+kthvalue), histc, bincount.
 
 Every reduction runs in a dtype onnxruntime has a kernel for (half floats accumulate in float32
 as torch's CPU kernels do) and returns torch's result dtype. Max/min reductions propagate NaN
@@ -18,6 +19,7 @@ import torch
 from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
 from exporter.ops import _subgraph
+from exporter.ops._kernels import call
 from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
 
@@ -476,6 +478,26 @@ def cumsum(ctx, self, dim, *, dtype=None):
     work = _scan_work(out)
     summed = ctx.op.CumSum(ctx.cast(x, work), ctx.const(nx.axis(dim, rank), i64))
     return ctx.cast(summed, out)
+
+
+@translates(aten.diff.default)
+def diff(ctx, self, n=1, dim=-1, prepend=None, append=None):
+    """``n`` rounds of ``x[1:] - x[:-1]`` along ``dim`` (xor for bool) after joining
+    ``prepend`` and ``append``. A translation of its own, so that a model using it (transformers'
+    packed-sequence check on ``position_ids``) skips the whole-graph re-trace that
+    decomposing it would cost. Slice clamps, so ``n`` past the length gives an empty axis as in
+    torch."""
+    out = ctx.out_dtype
+    if n == 0:  # torch returns the input as it is, prepend and append ignored
+        return ctx.op.Identity(ctx.cast(self, out))
+    ax = nx.axis(dim, ctx.rank(self))
+    parts = [ctx.cast(t, out) for t in (prepend, self, append) if t is not None]
+    x = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=ax)
+    for _ in range(n):
+        later = ctx.op.Slice(x, [1], [L.INT64_MAX], [ax])
+        earlier = ctx.op.Slice(x, [0], [-1], [ax])
+        x = ctx.op.Xor(later, earlier) if out == torch.bool else call(ctx, "Sub", later, earlier)
+    return x
 
 
 def _scan_ready(ctx, self, dim, out):

@@ -11,7 +11,8 @@ ONNX mapping and the semantics that had to be matched:
   'output_half_pixel' (no shift, RoI size clamped to >= 1), exactly torchvision's two modes.
 - roi_pool → MaxRoiPool, whose onnxruntime kernel rounds RoI corners and splits bins with the
   same floor/ceil rule as torchvision. The argmax output (only backward reads it) is rebuilt
-  from separable masked maxima when something uses it.
+  from separable masked maxima when something uses it; at opsets where onnxruntime has no
+  MaxRoiPool kernel (22+) the pooled values come from those maxima too.
 - ps_roi_align → RoiAlign over every input channel, then for each output bin the channel that
   bin owns (torchvision's position-sensitive mapping), picked with one Gather.
 - deform_conv2d → DeformConv (opset 19+); its offset layout (group, kH, kW, (dy, dx)) is
@@ -244,11 +245,16 @@ def roi_pool(ctx, input, rois, spatial_scale, pooled_height, pooled_width):
     pw = _static_int(pooled_width, "pooled_width")
     x, dtype = _work(ctx, input, _FLOAT32)
     work = ctx.dtype(x)
+    if not has_kernel("MaxRoiPool", opset=ctx.opset):
+        # No onnxruntime kernel at this opset: the same separable maxima that give the argmax
+        # give the pooled values.
+        pooled, argmax = _roi_pool_separable(ctx, x, rois, float(spatial_scale), ph, pw)
+        return ctx.cast(pooled, dtype), argmax
     pooled = ctx.op.MaxRoiPool(
         x, ctx.cast(rois, work), pooled_shape=[ph, pw], spatial_scale=float(spatial_scale)
     )
     if 1 in ctx.used_outputs():
-        argmax = _roi_pool_argmax(ctx, x, rois, float(spatial_scale), ph, pw)
+        argmax = _roi_pool_separable(ctx, x, rois, float(spatial_scale), ph, pw)[1]
     else:
         # Nobody reads the argmax (inference): an empty placeholder keeps the tuple shape.
         argmax = ctx.const(torch.zeros([0], dtype=torch.int32), torch.int32)
@@ -289,8 +295,9 @@ def _axis_mask(ctx, lo, hi, size_value, work):
     return ctx.op.And(ctx.op.GreaterOrEqual(positions, lo), ctx.op.Less(positions, hi))
 
 
-def _roi_pool_argmax(ctx, x, rois, spatial_scale, ph, pw):
-    """torchvision's roi_pool argmax (flat h*W+w of the first maximum, -1 for empty bins).
+def _roi_pool_separable(ctx, x, rois, spatial_scale, ph, pw):
+    """torchvision's roi_pool output and argmax (flat h*W+w of the first maximum), both 0 / -1
+    for empty bins.
 
     Built from separable masked maxima: over w within each row, then over h; the first row
     holding the maximum and the first column in it is torchvision's row-major first maximum.
@@ -323,6 +330,7 @@ def _roi_pool_argmax(ctx, x, rois, spatial_scale, ph, pw):
     row_arg = ctx.op.ArgMax(masked_w, axis=4, keepdims=0)  # (K, C, H, pw)
     # (K, C, 1, H, pw) against (K, 1, ph, H, 1) → over H: (K, C, ph, pw)
     masked_h = ctx.op.Where(ctx.op.Unsqueeze(mask_h, [1, 4]), ctx.op.Unsqueeze(row_max, [2]), low)
+    pooled = reduce(ctx, "ReduceMax", masked_h, [3], 0)  # (K, C, ph, pw)
     best_h = ctx.op.ArgMax(masked_h, axis=3, keepdims=1)  # (K, C, ph, 1, pw)
     # The column of the winning row, per (ph, pw) bin.
     cols = ctx.op.Unsqueeze(row_arg, [2])  # (K, C, 1, H, pw)
@@ -336,7 +344,8 @@ def _roi_pool_argmax(ctx, x, rois, spatial_scale, ph, pw):
         ctx.op.Unsqueeze(ctx.op.LessOrEqual(w_hi, w_lo), [1, 2]),
     )
     flat = ctx.op.Where(empty, ctx.const(-1, torch.int64), flat)
-    return ctx.op.Cast(flat, to=6)  # INT32, torchvision's argmax dtype
+    pooled = ctx.op.Where(empty, ctx.const(0.0, work), pooled)
+    return pooled, ctx.op.Cast(flat, to=6)  # INT32, torchvision's argmax dtype
 
 
 # ---------------------------------------------------------------------------- ps_roi_align

@@ -1,6 +1,6 @@
 """The rewrites into opset 23's fused ops (exporter/_fusions.py): each fires on the decomposed
 form transformers writes, the fused graph matches eager, a form the fused op cannot express is
-left alone, and below opset 23 nothing is fused."""
+left alone, and below opset 23 nothing is fused (RMSNorm takes the form onnxruntime fuses itself)."""
 
 from __future__ import annotations
 
@@ -82,23 +82,52 @@ def fused(program, op_type):
     return op_types(program).count(op_type)
 
 
-@pytest.mark.parametrize("square", ["pow", "mul"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_rms_norm_written_out_becomes_rmsnormalization(square, dtype):
+def onnxruntime_fused_ops(program, tmp_path) -> list[str]:
+    """The op types of the graph onnxruntime runs after its own fusions (ORT_ENABLE_ALL)."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(
+        program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+
+
+def export_rms_norm(square, dtype, opset):
     x = r(2, 5, 16, dtype=dtype)
     tol = 1e-5 if dtype == torch.float32 else 2e-3
-    program = check_op(
+    return check_op(
         HFStyleRMSNorm(16, square=square),
         (x,),
-        opset=23,
+        opset=opset,
         optimize=True,
         dynamic_shapes=({0: DYN, 1: DYN},),
         second_args=(r(3, 2, 16, dtype=dtype, seed=1),),
         rtol=tol,
         atol=tol,
     )
+
+
+@pytest.mark.parametrize("square", ["pow", "mul"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_written_out_becomes_rmsnormalization(square, dtype):
+    program = export_rms_norm(square, dtype, opset=23)
     assert fused(program, "RMSNormalization") == 1
     assert "ReduceMean" not in op_types(program)
+
+
+@pytest.mark.parametrize("square", ["pow", "mul"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_below_opset_23_takes_the_form_onnxruntime_fuses(square, dtype, tmp_path):
+    program = export_rms_norm(square, dtype, opset=20)
+    # transformers' rsqrt (Reciprocal, Mul) becomes the Div onnxruntime's fusion looks for.
+    assert "Reciprocal" not in op_types(program)
+    assert "Div" in op_types(program) and "Pow" in op_types(program)
+    assert "SimplifiedLayerNormalization" in onnxruntime_fused_ops(program, tmp_path)
 
 
 class PlainRMSNorm(nn.Module):
@@ -149,6 +178,11 @@ def test_rms_norm_is_not_fused_below_opset_23():
     assert fused(program, "RMSNormalization") == 0
 
 
+def test_rms_norm_over_another_axis_keeps_its_form_below_opset_23():
+    program = check_op(HFStyleRMSNorm(5, dim=1), (r(2, 5, 5),), opset=20, optimize=True)
+    assert "Reciprocal" in op_types(program)
+
+
 @pytest.mark.parametrize(
     "shapes, second",
     [(None, None), (({0: DYN, 2: DYN},), r(3, 4, 6, 8, seed=1))],
@@ -171,6 +205,67 @@ def test_rotate_half_with_tables_of_unequal_halves_is_left_alone():
     program = check_op(
         HFStyleRotary(8, repeat_halves=False), (r(2, 4, 5, 8),), opset=23, optimize=True
     )
+    assert fused(program, "RotaryEmbedding") == 0
+
+
+class HFStyleInterleavedRotary(nn.Module):
+    """transformers' Cohere rotary embedding: each angle repeated in place
+    (repeat_interleave(freqs, 2, -1)), each even/odd pair of x turned by it
+    (stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2))."""
+
+    def __init__(self, size, tables="interleaved"):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, size, 2) / size))
+        self.tables = tables
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[2], dtype=torch.float32)
+        freqs = positions[:, None] * self.inv_freq[None, :]
+        if self.tables == "interleaved":
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:  # the near-miss: rotate-half tables ([t, t]) under the pairwise rotation
+            emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        rotated = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize(
+    "shapes, second",
+    [(None, None), (({0: DYN, 2: DYN},), r(3, 4, 6, 8, seed=1))],
+    ids=["static", "dynamic"],
+)
+def test_interleaved_rotation_becomes_interleaved_rotary_embedding(shapes, second):
+    program = check_op(
+        HFStyleInterleavedRotary(8),
+        (r(2, 4, 5, 8),),
+        opset=23,
+        optimize=True,
+        dynamic_shapes=shapes,
+        second_args=None if second is None else (second,),
+    )
+    [node] = [n for n in program.model.graph if n.op_type == "RotaryEmbedding"]
+    assert node.attributes["interleaved"].as_int() == 1
+    assert "Neg" not in op_types(program)
+
+
+@pytest.mark.parametrize("shapes", [None, ({0: DYN, 2: DYN},)], ids=["static", "dynamic"])
+def test_interleaved_rotation_with_rotate_half_tables_is_left_alone(shapes):
+    # Same rotation, but the angles repeat as two halves: pair i would need angle i for both
+    # of its elements, and RotaryEmbedding cannot express what this computes.
+    program = check_op(
+        HFStyleInterleavedRotary(8, tables="halves"),
+        (r(2, 4, 5, 8),),
+        opset=23,
+        optimize=True,
+        dynamic_shapes=shapes,
+        second_args=None if shapes is None else (r(3, 4, 6, 8, seed=1),),
+    )
+    assert fused(program, "RotaryEmbedding") == 0
+
+
+def test_interleaved_rotation_is_not_fused_below_opset_23():
+    program = check_op(HFStyleInterleavedRotary(8), (r(2, 4, 5, 8),), opset=20, optimize=True)
     assert fused(program, "RotaryEmbedding") == 0
 
 
@@ -286,3 +381,35 @@ def test_llama_at_opset_23_uses_the_fused_ops_and_matches_eager(name):
 def test_llama_below_opset_23_is_not_fused():
     program = _export_case("transformers/llama", 20)
     assert not {"RMSNormalization", "RotaryEmbedding", "Attention"} & set(op_types(program))
+
+
+def test_cohere_interleaved_rotary_becomes_rotary_embedding_and_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CohereConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = transformers.CohereModel(config).eval()
+    ids = torch.randint(0, 64, (2, 7))
+    program = exporter.export(
+        model,
+        (ids,),
+        kwargs={"use_cache": False},
+        dynamic_shapes={"input_ids": {0: DYN, 1: DYN}, "use_cache": None},
+        opset_version=23,
+    )
+    rotaries = [n for n in program.model.graph if n.op_type == "RotaryEmbedding"]
+    assert len(rotaries) == 2 * config.num_hidden_layers  # query and key of each layer
+    assert all(n.attributes["interleaved"].as_int() == 1 for n in rotaries)
+    for inputs in (ids, torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(1))):
+        with torch.no_grad():
+            expected = model(inputs, use_cache=False).last_hidden_state
+        [got] = program(inputs, use_cache=False)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

@@ -428,8 +428,6 @@ CASES = [
         _grouped_mm,
         (r(6, 8), r(2, 8, 8, seed=1), torch.tensor([2, 6], dtype=torch.int32)),
         options={"rtol": 2e-2, "atol": 2e-2},
-        xfail="ours has no translation for aten._grouped_mm (UnsupportedOpError names it); "
-        "a MatMul per group over Split offsets would cover it",
     ),
     Case("repeat_interleave_flat", _repeat_interleave_flat, (r(2, 3),), (r(4, 5),)),
     Case("repeat_interleave_symbolic_repeats", _repeat_interleave_symbolic, (r(3),), (r(5),)),
@@ -454,8 +452,6 @@ CASES = [
             torch.tensor([0.5, 0.25, 0.125]),
             torch.tensor([0, 1, -2], dtype=torch.int8),
         ),
-        xfail="ours has no translation for quantized_decomposed.dequantize_per_channel "
-        "(UnsupportedOpError names it); DequantizeLinear with axis would cover it",
     ),
     # stage 5: ONNX IR fixes after export
     Case("topk_unsorted", _topk_unsorted, (r(3, 7),), (r(4, 9),), dims({0: DYN, 1: DYN})),

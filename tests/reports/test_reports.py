@@ -460,7 +460,7 @@ def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
     target = tmp_path / "step_summary.md"
     target.write_text("# earlier step\n", encoding="utf-8")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
-    build_reports(rows, tmp_path / "out", charts=False)
+    build_reports(rows, tmp_path / "out")
     content = target.read_text(encoding="utf-8")
     assert content.startswith("# earlier step\n")
     appended = content.removeprefix("# earlier step\n")
@@ -469,6 +469,14 @@ def test_github_step_summary_is_appended(rows, tmp_path, monkeypatch):
     assert only_table(section(appended, "Ops")) == only_table(section(summary, "Ops"))
     assert "failures_by_stage.png" in summary
     assert "failures_by_stage.png" not in appended  # relative images do not resolve on GitHub
+
+
+def test_a_build_without_charts_links_none(rows, tmp_path):
+    build_reports(rows, tmp_path, charts=False)
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "## Ops" in summary
+    assert ".png" not in summary
+    assert not (tmp_path / "charts").exists()
 
 
 def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import torch
 import exporter
 from exporter._record import ExportRecord
 from exporter.diagnostics import report
+from tests.exporter.diagnostics.models import LinearSigmoid
 
 NAME = re.compile(r"onnx_export_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-\d{6}_(\w+)\.md")
 
@@ -38,18 +39,9 @@ def only_report(folder: Path) -> Path:
     return reports[0]
 
 
-class Small(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.sigmoid(self.lin(x))
-
-
 def test_success_report_carries_every_section(tmp_path):
     program = exporter.export(
-        Small().eval(),
+        LinearSigmoid().eval(),
         (torch.randn(2, 4),),
         report=True,
         verify=True,
@@ -165,7 +157,7 @@ def test_capture_failure_report_shows_each_strategy_and_its_source_line(tmp_path
 
 def test_report_of_bad_arguments_keeps_the_original_error(tmp_path):
     with pytest.raises(exporter.InvalidExportArgumentsError, match="args must be a tuple"):
-        exporter.export(Small(), [torch.randn(2, 4)], report=True, artifacts_dir=tmp_path)
+        exporter.export(LinearSigmoid(), [torch.randn(2, 4)], report=True, artifacts_dir=tmp_path)
     path = only_report(tmp_path)
     assert NAME.fullmatch(path.name).group(1) == "arguments"
     assert headings(path) == list(report.SECTIONS)
@@ -181,7 +173,7 @@ def test_mismatch_report_links_a_repro_directory(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = exporter.export(
-            Small().eval(),
+            LinearSigmoid().eval(),
             (torch.randn(2, 4),),
             report=True,
             verify=True,
@@ -203,7 +195,7 @@ def test_a_section_that_raises_shows_its_own_error_and_the_rest_survive(tmp_path
 
     monkeypatch.setattr(report, "_graph_summary", broken)
     program = exporter.export(
-        Small().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
+        LinearSigmoid().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
     )
     path = program.report_path
     assert headings(path) == list(report.SECTIONS)
@@ -224,7 +216,7 @@ def test_write_report_on_an_empty_record_still_writes_every_section(tmp_path):
 
 def test_report_path_is_printed_on_success_and_noted_on_the_failure(tmp_path, capsys):
     program = exporter.export(
-        Small().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path / "ok"
+        LinearSigmoid().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path / "ok"
     )
     assert f"[exporter] export report written to {program.report_path}" in capsys.readouterr().out
     with pytest.raises(exporter.UnsupportedOpError) as raised:
@@ -247,7 +239,7 @@ def test_verify_requested_but_not_reached_says_so(tmp_path):
 
 def test_without_verify_the_report_says_how_to_ask_for_it(tmp_path):
     program = exporter.export(
-        Small().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
+        LinearSigmoid().eval(), (torch.randn(2, 4),), report=True, artifacts_dir=tmp_path
     )
     assert "Not run: pass `verify=True`" in section(program.report_path, "Accuracy")
     assert "Not run: pass `verify=True`" in section(program.report_path, "Bisection")

@@ -16,21 +16,13 @@ import torch
 import exporter
 import exporter.diagnostics.compare
 from exporter.diagnostics import repro
+from tests.exporter.diagnostics.models import LinearSigmoid
 
 aten = torch.ops.aten
 
 
 def planted_sigmoid(ctx, x):
     return ctx.op.Mul(ctx.op.Sigmoid(x), ctx.const(1.5, torch.float32))
-
-
-class Small(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.sigmoid(self.lin(x))
 
 
 def run_clean(folder):
@@ -50,7 +42,7 @@ def test_repro_of_a_failed_verification_reproduces_it_in_a_clean_subprocess(tmp_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = exporter.export(
-            Small().eval(),
+            LinearSigmoid().eval(),
             (torch.randn(2, 4),),
             report=True,
             verify=True,
@@ -86,7 +78,7 @@ def test_repro_of_a_failed_verification_reproduces_it_in_a_clean_subprocess(tmp_
 
 
 def test_repro_of_a_matching_model_exits_zero(tmp_path):
-    model = Small().eval()
+    model = LinearSigmoid().eval()
     x = torch.randn(2, 4)
     program = exporter.export(model, (x,))
     with torch.no_grad():
@@ -107,7 +99,7 @@ def test_repro_of_a_matching_model_exits_zero(tmp_path):
 
 
 def test_repro_reports_an_onnxruntime_failure_as_a_mismatch(tmp_path):
-    program = exporter.export(Small().eval(), (torch.randn(2, 4),))
+    program = exporter.export(LinearSigmoid().eval(), (torch.randn(2, 4),))
     folder = repro.write_repro(
         tmp_path / "bad",
         model_proto=program.model,
@@ -122,7 +114,7 @@ def test_repro_reports_an_onnxruntime_failure_as_a_mismatch(tmp_path):
 
 
 def test_write_repro_replaces_a_repro_but_never_a_foreign_folder(tmp_path):
-    program = exporter.export(Small().eval(), (torch.randn(2, 4),))
+    program = exporter.export(LinearSigmoid().eval(), (torch.randn(2, 4),))
     args = dict(
         model_proto=program.model_proto,
         inputs=[np.zeros((2, 4), np.float32)],
@@ -177,7 +169,7 @@ class _Payload:
 def test_a_repro_folder_runs_no_pickle_it_holds(tmp_path):
     import pickle
 
-    program = exporter.export(Small().eval(), (torch.randn(2, 4),))
+    program = exporter.export(LinearSigmoid().eval(), (torch.randn(2, 4),))
     folder = repro.write_repro(
         tmp_path / "planted",
         model_proto=program.model_proto,
@@ -197,15 +189,6 @@ def test_a_repro_folder_runs_no_pickle_it_holds(tmp_path):
     assert done.returncode != 0
     assert "allow_pickle" in done.stderr, done.stderr
     assert not marker.exists()
-
-
-class LinearSigmoid(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.ops.aten.sigmoid(self.lin(x))
 
 
 def test_a_failed_exports_rerun_script_loads_no_pickle(tmp_path):

@@ -12,6 +12,7 @@ import exporter
 from exporter.diagnostics import verify
 from exporter.diagnostics.compare import ERROR_BIN_LABELS
 from exporter.diagnostics.verify import OnnxVerificationWarning
+from tests.exporter.diagnostics.models import LinearSigmoid
 
 aten = torch.ops.aten
 VERIFY_STAGES = ("checker", "load", "run", "compare", "second-shape")
@@ -61,20 +62,11 @@ def sigmoid_fixed_to_example_batch(ctx, x):
     return ctx.op.Reshape(ctx.op.Sigmoid(x), ctx.const([example, -1], torch.int64))
 
 
-class OneLayer(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 8)
-
-    def forward(self, x):
-        return torch.sigmoid(self.lin(x))
-
-
 def test_shape_specialising_translation_is_caught_at_the_second_size():
     table = {aten.sigmoid.default: sigmoid_fixed_to_example_batch}
     x = torch.randn(2, 4)
     program, complaints = _export_quietly(
-        OneLayer().eval(),
+        LinearSigmoid(out_features=8).eval(),
         (x,),
         verify=True,
         dynamic_shapes=({0: "batch"},),
@@ -94,7 +86,7 @@ def test_strict_mode_raises_naming_the_output_its_error_and_the_input_shapes():
     table = {aten.sigmoid.default: sigmoid_fixed_to_example_batch}
     with pytest.raises(exporter.OnnxVerificationError) as info:
         exporter.export(
-            OneLayer().eval(),
+            LinearSigmoid(out_features=8).eval(),
             (torch.randn(2, 4),),
             verify="strict",
             dynamic_shapes=({0: "batch"},),
@@ -138,7 +130,7 @@ def sigmoid_with_bogus_attribute(ctx, x):
 def test_checker_really_runs_and_its_failure_is_recorded():
     table = {aten.sigmoid.default: sigmoid_with_bogus_attribute}
     program, complaints = _export_quietly(
-        OneLayer().eval(),
+        LinearSigmoid(out_features=8).eval(),
         (torch.randn(2, 4),),
         verify=True,
         optimize=False,
@@ -211,7 +203,7 @@ def test_second_size_respects_the_declared_range():
     x = torch.randn(3, 4)
     batch = torch.export.Dim("batch", min=2, max=3)
     program, complaints = _export_quietly(
-        OneLayer().eval(), (x,), verify=True, dynamic_shapes=({0: batch},)
+        LinearSigmoid(out_features=8).eval(), (x,), verify=True, dynamic_shapes=({0: batch},)
     )
     assert complaints == []
     assert program.verification.changed_dims == ["x dim 0 (batch): 3 -> 2"]
