@@ -590,6 +590,10 @@ def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:
 
     if stage not in expectations_mod.STAGES:
         stage = Stage.EXPORT.value  # before the export the case was still being built
+    # The child announces Stage members; the row must hold the plain name, because xdist ships
+    # row fields to the controller as junit properties and execnet serialises builtins only (an
+    # enum there killed the worker, so one timed-out model case ended a whole -n 1 run).
+    stage = Stage(stage).value
     return {
         "status": status,
         "stage": stage,

@@ -36,6 +36,7 @@ FAMILIES = (
     "transformers-seq2seq",
     "transformers-vision",
     "transformers-audio",
+    "transformers-auto",
     "synthetic",
 )
 DTYPES = ("f32", "f16", "bf16", "i64", "b8")
@@ -43,6 +44,7 @@ _CASE_MODULES = (
     "model_zoo.synthetic",
     "model_zoo.torchvision_cases",
     "model_zoo.transformers_cases",
+    "model_zoo.transformers_auto",
 )
 _TOLERANCES_PATH = Path(__file__).with_name("tolerances.toml")
 

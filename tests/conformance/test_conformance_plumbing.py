@@ -220,6 +220,20 @@ def test_a_dead_worker_becomes_a_crash_row_and_the_run_goes_on(tmp_path):
     assert rows[_case("pass")].status == "pass"
 
 
+def test_a_timed_out_case_under_xdist_leaves_the_worker_running(tmp_path):
+    results = tmp_path / "results"
+    proc = _pytest(
+        *("-n", "1", "--planted", "hang", "--planted", "pass", "--shapes", "static"),
+        *("--case-timeout", "10", "--results", str(results)),
+    )
+    assert "no active workers" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    rows = _rows(results)
+    hung = rows[_case("hang")]
+    assert (hung.status, hung.stage) == ("timeout", "export"), proc.stdout[-2000:]
+    assert type(hung.stage) is str
+    assert rows[_case("pass")].status == "pass"
+
+
 def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
     results, reports = tmp_path / "results", tmp_path / "reports"
     run = subprocess.run(
