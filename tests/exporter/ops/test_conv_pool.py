@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import exporter
 from tests.op_check import check_op, dims, op_types, tensor_maker
 
 r = tensor_maker(seed_stride=5, seed_counts_rank=True)
@@ -402,3 +403,12 @@ def test_grid_sample_5d_needs_opset_20():
     )
     with pytest.raises(exporter.OnnxExporterError, match="opset_version >= 20"):
         check_op(lambda x, g: F.grid_sample(x, g, align_corners=False), [x, grid], opset=17)
+
+
+def test_conv_nodes_carry_their_kernel_shape():
+    # onnxruntime plans a Conv from kernel_shape when it is given (faster at ORT_ENABLE_ALL).
+    conv = torch.nn.Conv2d(3, 4, (3, 5), padding=1).eval()
+    program = exporter.export(conv, (torch.randn(1, 3, 8, 8),))
+    (node,) = [n for n in program.model_proto.graph.node if n.op_type == "Conv"]
+    kernel = next(a for a in node.attribute if a.name == "kernel_shape")
+    assert list(kernel.ints) == [3, 5]
