@@ -21,7 +21,7 @@ from exporter import _dtypes
 from exporter.ops import _layout as L
 
 # fft, shape and special register the pair-aware translations _PAIR_AWARE reads.
-from exporter.ops import _numerics, elementwise, fft, shape, special  # noqa: F401
+from exporter.ops import _numerics, control_flow, elementwise, fft, shape, special  # noqa: F401
 from exporter.ops._registry import COMPLEX_REGISTRY, DEFAULT_REGISTRY, translates_complex
 
 aten = torch.ops.aten
@@ -404,6 +404,8 @@ _PAIR_AWARE = [
     aten.imag.default,
     aten.complex.default,
     aten.polar.default,
+    # a no_grad region (llama4's rotary table): its body's nodes are looked up one by one
+    torch.ops.higher_order.wrap_with_set_grad_enabled,
     # the FFT family reads and writes the pair layout itself
     *[
         target

@@ -175,3 +175,25 @@ def test_complex_reshape_under_dynamic_batch():
 def test_complex_op_without_translation_fails_at_export_naming_it(fn, op):
     with pytest.raises(UnsupportedOpError, match=f"{op} on complex tensors"):
         exporter.export(Lambda(fn), (_pair(3, 4),))
+
+
+class ComplexUnderNoGrad(torch.nn.Module):
+    """Llama 4's rotary table: complex values made and multiplied inside a no_grad block, which
+    torch.export keeps as one wrap_with_set_grad_enabled node with a complex result."""
+
+    def forward(self, angles):
+        with torch.no_grad():
+            freqs = torch.polar(torch.ones_like(angles), angles)
+        return torch.view_as_real(freqs * freqs)
+
+
+def test_a_no_grad_region_with_complex_results_is_translated():
+    angles = torch.randn(4, 3)
+    captured = torch.export.export(ComplexUnderNoGrad(), (angles,))
+    assert any(
+        node.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+        for node in captured.graph.nodes
+    )
+    program = exporter.export(ComplexUnderNoGrad().eval(), (angles,))
+    (got,) = program(angles)
+    torch.testing.assert_close(got, ComplexUnderNoGrad()(angles))
