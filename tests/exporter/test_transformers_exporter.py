@@ -102,6 +102,12 @@ def routed(monkeypatch):
     # As after any earlier export in the process: the exporter's cache flattening registered
     # first (transformers keeps a registration it finds), which its exporter must survive.
     _caches.register()
+    # The exporter's StaticCache flattening is registered only once a StaticCache was exported
+    # through it (other tests in this process may have); transformers' exporter needs its own.
+    static_cache = transformers.StaticCache
+    ours_static = static_cache in torch.utils._pytree.SUPPORTED_NODES
+    if ours_static:
+        torch.utils._pytree._deregister_pytree_node(static_cache)
     registered = set(torch.utils._pytree.SUPPORTED_NODES)
     monkeypatch.setattr(torch.onnx, "export", ours)
     monkeypatch.setattr(exporter_onnx, "apply_patches", patches)
@@ -113,6 +119,8 @@ def routed(monkeypatch):
     # flatten caches the exporter's way.
     for cls in set(torch.utils._pytree.SUPPORTED_NODES) - registered:
         torch.utils._pytree._deregister_pytree_node(cls)
+    if ours_static:
+        _caches.register(static=True)
 
 
 def test_a_static_cache_registered_by_transformers_is_refused_by_name(routed):
