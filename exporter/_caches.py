@@ -289,8 +289,7 @@ def _static_layer_kind(cache: Any, index: int, layer: Any, traced: bool) -> tupl
                 f"{layer.max_cache_len} tokens; run longer ones in eager, or use a cache with a "
                 f"larger window."
             )
-        return "sliding", int(layer.max_cache_len)
-    return "full", int(layer.max_cache_len)
+    return _static_shape(layer)
 
 
 def _flatten_static(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:

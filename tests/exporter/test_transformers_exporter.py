@@ -22,37 +22,24 @@ import torch
 
 import exporter
 from exporter import _caches
+from tests.exporter.test_kv_cache import _LLAMA, _llama
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 exporter_onnx = pytest.importorskip("transformers.exporters.exporter_onnx")
 
-SIZES = {
-    "vocab_size": 99,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 48,
-    "max_position_embeddings": 64,
-}
-
 
 def _text(batch: int = 2, length: int = 7, seed: int = 0) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return {
-        "input_ids": torch.randint(3, SIZES["vocab_size"], (batch, length), generator=generator),
+        "input_ids": torch.randint(3, _LLAMA["vocab_size"], (batch, length), generator=generator),
         "attention_mask": torch.ones(batch, length, dtype=torch.int64),
     }
 
 
-def _llama():
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES))
-
-
 def _qwen2_moe():
     config = transformers.Qwen2MoeConfig(
-        **SIZES,
+        **_LLAMA,
         num_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=16,
@@ -63,7 +50,7 @@ def _qwen2_moe():
 
 def _t5():
     config = transformers.T5Config(
-        vocab_size=99, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4
+        vocab_size=_LLAMA["vocab_size"], d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4
     )
     config.decoder_start_token_id = 0
     return transformers.T5ForConditionalGeneration(config)
