@@ -47,6 +47,9 @@ COMMAND_ENV = "CONFORMANCE_COMMAND"
 READ_ONLY_ENV = "CONFORMANCE_READ_ONLY"
 #: pytest options (``config.option`` names) of sessions that never run a case.
 READ_ONLY_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "setupplan")
+#: What pytest-xdist tells its workers through the environment.
+XDIST_WORKER_ENVS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")
+
 #: Exit code of ``conformance run`` when another run holds the results folder.
 REFUSED_EXIT_CODE = 7
 
@@ -152,6 +155,13 @@ def configure(config: pytest.Config, results: Path, resume: bool) -> None:
     from conformance.limits import die_with_parent
 
     current_run_id()
+    if not hasattr(config, "workerinput"):
+        # Not an xdist worker of this run: a worker id or count in the environment was
+        # inherited from an enclosing pytest-xdist run (a run started from a test), and would
+        # make this process skip the manifest and size its memory cap for workers it lacks.
+        # xdist sets both afresh in the workers it starts.
+        for name in XDIST_WORKER_ENVS:
+            os.environ.pop(name, None)
     if any(getattr(config.option, name, False) for name in READ_ONLY_OPTIONS):
         os.environ[READ_ONLY_ENV] = "1"
     if hasattr(config, "workerinput"):

@@ -236,6 +236,9 @@ def test_a_timed_out_case_under_xdist_leaves_the_worker_running(tmp_path):
 
 def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
     results, reports = tmp_path / "results", tmp_path / "reports"
+    # As if started from a test on the second worker of an enclosing pytest-xdist run: what
+    # that run put in the environment says nothing about this run's own workers.
+    enclosing = {"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
     run = subprocess.run(
         [
             *(sys.executable, "-m", "conformance", "run", "-n", "0", "-p", "no:cacheprovider"),
@@ -243,13 +246,16 @@ def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
             *("--reports-out", str(reports)),
         ],
         cwd=ROOT,
+        env={**os.environ, **enclosing},
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert (reports / "summary.md").exists()
+    assert (reports / "summary.md").exists(), run.stdout[-2000:] + run.stderr[-2000:]
+    assert [path.name for path in results.glob("*.jsonl")], sorted(results.iterdir())
+    assert not list(results.glob("*gw1*")), "the rows were filed under the enclosing worker"
 
     case_id = _case("wrong")
     repro = subprocess.run(
