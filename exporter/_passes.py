@@ -16,12 +16,29 @@ from exporter import _dtypes
 def finalize(model: ir.Model) -> None:
     """Always-on structural fixes: outputs produced in-graph, unique names, no dead nodes, fills
     onnxruntime can load."""
+    _alias_passthrough_outputs(model.graph)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
         common.OutputFixPass(),
         common.NameFixPass(),
     )(model)
     widen_float8_fills(model)
+
+
+def _alias_passthrough_outputs(graph: ir.Graph) -> None:
+    """An input the model returns as it is becomes an output through an Identity named
+    ``<input>_out``: the input keeps its name (onnx_ir's OutputFixPass would rename the input
+    to ``<input>_orig`` and give its name to the output, so the names a caller feeds change)."""
+    for index, output in enumerate(graph.outputs):
+        if not output.is_graph_input():
+            continue
+        node = ir.node("Identity", inputs=[output])
+        alias = node.outputs[0]
+        alias.name = f"{output.name}_out"  # NameFixPass makes it unique if it is not
+        alias.shape, alias.type = output.shape, output.type
+        alias.metadata_props.update(output.metadata_props)
+        graph.append(node)
+        graph.outputs[index] = alias
 
 
 def forget_static_dims(model: ir.Model) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 import onnx_ir as ir
+import onnxruntime
 import pytest
 import torch
 from torch.export import Dim
@@ -91,6 +92,27 @@ def test_input_and_output_names_name_flattened_values_in_order(export):
     assert [v.name for v in program.model.graph.outputs] == ["o1", "o2"]
     expected = Nested().eval()(X, (Y, Y))
     torch.testing.assert_close(tuple(program(X, (Y, Y))), expected)
+
+
+class ReturnsItsMask(torch.nn.Module):
+    def forward(self, x, mask):
+        return x * mask, mask, mask
+
+
+@pytest.mark.parametrize("input_names", [None, ["x", "mask"]])
+def test_an_input_returned_as_it_is_keeps_its_name(input_names):
+    # torch.onnx renames the input to mask_orig (and, given input_names, names the input and
+    # the output both 'mask'); a caller feeds the names it exported with.
+    program = _ours(ReturnsItsMask().eval(), (X, Y), input_names=input_names)
+    assert [name for name, _ in _inputs(program)] == ["x", "mask"]
+    outputs = [v.name for v in program.model.graph.outputs]
+    assert outputs[1:] == ["mask_out", "mask_out_1"], outputs
+    torch.testing.assert_close(tuple(program(X, Y)), (X * Y, Y, Y))
+    session = onnxruntime.InferenceSession(
+        ir.to_proto(program.model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    fed = session.run(None, {"x": X.numpy(), "mask": Y.numpy()})
+    torch.testing.assert_close(torch.from_numpy(fed[2]), Y)
 
 
 @BOTH
