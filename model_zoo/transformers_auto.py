@@ -148,8 +148,24 @@ CONFIG_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     # Mamba-2 heads must tile hidden_size * expand (64 at hidden 32): 8 heads of 8
     "mamba2": {"num_heads": 8},
-    # no grouped-query attention: as many KV heads as heads
-    "esmc": {"num_key_value_heads": 4},
+    # its Mamba width is given outright (mamba_d_ssm 1024); it must be heads x head size, 8 x 8
+    "falcon_h1": {"mamba_d_ssm": 64},
+    # No grouped-query attention in the real configs (as many KV heads as heads), and these
+    # models build keys for every query head whatever num_key_value_heads says. With a shrunk
+    # 2 against 4 heads, eager's SDPA still runs (enable_gqa, 4 key heads), but under
+    # torch.export transformers repeats the keys 4/2 times into 8 heads and the capture stops
+    # ("Attempting to broadcast a dimension of length 8 ... [2, 4]").
+    **dict.fromkeys(
+        (
+            "esmc",
+            "glm4_moe_lite",
+            "minicpm3",
+            "mistral4",
+            "nemotron3_5_transcribe_asr_audio",
+            "nemotron3_diarization_audio",
+        ),
+        {"num_key_value_heads": 4},
+    ),
 }
 
 
