@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -250,9 +249,12 @@ def run(args: list[str]) -> int:
         print(f"refused: {refused}", file=sys.stderr)
         return runs.REFUSED_EXIT_CODE
     cases_ran = False
-    # pytest writes its JUnit file even when nothing ran: it goes to a private temporary
-    # folder and moves into RESULTS only when cases ran.
-    staging = Path(tempfile.mkdtemp(prefix="conformance-junit-"))
+    # pytest writes its JUnit file even when nothing ran: it goes to the run's staging folder
+    # and moves to RESULTS/junit.xml only when cases ran.
+    found = results.stat()
+    runs.clear_staging(results)
+    staging = runs.staging_dir(results, run_id)
+    staging.mkdir(parents=True)
     try:
         if resume and results.is_dir():
             for repaired in repair_torn_tails(folder_files(results)[0]):
@@ -276,8 +278,10 @@ def run(args: list[str]) -> int:
         if not resume:
             runs.remove_superseded(results)
     finally:
+        runs.clear_staging(results)
+        if not cases_ran:  # the folder is left as it was found, its modification time too
+            os.utime(results, ns=(found.st_atime_ns, found.st_mtime_ns))
         lock.release(remove_created=not cases_ran)
-        shutil.rmtree(staging, ignore_errors=True)
     report_command = [sys.executable, "-m", "reports", "build", str(results)]
     report_command += ["--out", str(reports_out)]
     print("+ " + " ".join(report_command), flush=True)

@@ -2,7 +2,8 @@
 
 Every run has a run id (``20261124T001500123456-4242``: start time, then pid, so ids sort by
 age). It writes only under names carrying that id: rows ``RESULTS/<id>.<worker>.jsonl``,
-scratch ``RESULTS/.scratch/<id>/``, in-flight markers ``RESULTS/.inflight/<id>/``, and its
+scratch ``RESULTS/.scratch/<id>/``, in-flight markers ``RESULTS/.inflight/<id>/``, pytest's
+JUnit file while it is being written ``RESULTS/.staging/<id>/``, and its
 manifest ``RESULTS/runs/<id>.json``, written once the run has collected at least one case to
 run (so ``--collect-only``, a usage error or an empty selection write none). The manifest
 records the collected case ids, which is how a report knows it is incomplete.
@@ -78,6 +79,22 @@ def scratch_dir(results: Path, worker: str) -> Path:
 
 def inflight_path(results: Path, worker: str) -> Path:
     return results / ".inflight" / current_run_id() / f"{worker}.json"
+
+
+#: The per-run folders under RESULTS: ``RESULTS/<folder>/<run id>/``.
+RUN_FOLDERS = (".scratch", ".inflight", ".staging")
+
+
+def staging_dir(results: Path, run_id: str) -> Path:
+    """Where pytest writes the run's JUnit file; it moves to ``RESULTS/junit.xml`` only when
+    cases ran (pytest writes one even when none did)."""
+    return results / ".staging" / run_id
+
+
+def clear_staging(results: Path) -> None:
+    """Remove ``RESULTS/.staging``. Called under the run's lock, when no other run can be
+    writing there: what it holds is this run's, or a killed run's that nothing reads."""
+    shutil.rmtree(results / ".staging", ignore_errors=True)
 
 
 def manifest_path(results: Path, run_id: str) -> Path:
@@ -200,7 +217,7 @@ def remove_superseded(results: Path) -> list[Path]:
         for path in files:
             path.unlink(missing_ok=True)
             removed.append(path)
-        for own in (results / ".scratch" / run_id, results / ".inflight" / run_id):
+        for own in (results / folder / run_id for folder in RUN_FOLDERS):
             if own.is_dir():
                 shutil.rmtree(own)
                 removed.append(own)
@@ -209,8 +226,8 @@ def remove_superseded(results: Path) -> list[Path]:
 
 
 def remove_run_leftovers(results: Path, run_id: str) -> None:
-    """A finished run's scratch and in-flight markers (its rows and manifest stay)."""
-    for folder in (".scratch", ".inflight"):
+    """A finished run's scratch, in-flight markers and staging (its rows and manifest stay)."""
+    for folder in RUN_FOLDERS:
         shutil.rmtree(results / folder / run_id, ignore_errors=True)
         with contextlib.suppress(OSError):
             (results / folder).rmdir()  # only when no other run has files there

@@ -256,6 +256,7 @@ def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
     assert (reports / "summary.md").exists(), run.stdout[-2000:] + run.stderr[-2000:]
     assert [path.name for path in results.glob("*.jsonl")], sorted(results.iterdir())
     assert not list(results.glob("*gw1*")), "the rows were filed under the enclosing worker"
+    assert (results / "junit.xml").exists() and not (results / ".staging").exists()
 
     case_id = _case("wrong")
     repro = subprocess.run(

@@ -387,6 +387,9 @@ def _resume_completes(results: Path, reports: Path) -> None:
     assert {row.id for row in found.rows} == SLOW_CASES
     assert all(row.status == "pass" for row in found.rows)
     assert found.completeness() is None and not found.invalid
+    # The killed run's JUnit staging was inside RESULTS (never the system's temporary folder),
+    # and the resumed run, holding the folder's lock, cleared it.
+    assert not (results / ".staging").exists(), sorted((results / ".staging").rglob("*"))
     summary = (reports / "summary.md").read_text()
     assert "incomplete" not in summary and "**6 cases**" in summary
 
