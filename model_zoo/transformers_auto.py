@@ -92,6 +92,10 @@ _SIZE_FIELDS = {
         8,
     ),
     "mamba_n_heads": 8,
+    # linear-attention layers (bailing_hybrid: 32 x 128 by default, whose chunked scan then
+    # holds (batch, heads, chunks, 64, 64, head dim) floats, 192 MiB each at batch 3)
+    "linear_num_heads": 4,
+    "linear_head_dim": 8,
     **dict.fromkeys(("qk_nope_head_dim", "qk_rope_head_dim"), 4),
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 16),
     "num_heads": 4,
