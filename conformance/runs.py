@@ -81,20 +81,22 @@ def inflight_path(results: Path, worker: str) -> Path:
     return results / ".inflight" / current_run_id() / f"{worker}.json"
 
 
-#: The per-run folders under RESULTS: ``RESULTS/<folder>/<run id>/``.
-RUN_FOLDERS = (".scratch", ".inflight", ".staging")
+#: The per-run folders under RESULTS that outlive a killed run: ``RESULTS/<folder>/<run id>/``.
+RUN_FOLDERS = (".scratch", ".inflight")
+#: Where pytest writes a run's JUnit file (``RESULTS/.staging/<run id>/``); see clear_staging.
+STAGING = ".staging"
 
 
 def staging_dir(results: Path, run_id: str) -> Path:
     """Where pytest writes the run's JUnit file; it moves to ``RESULTS/junit.xml`` only when
     cases ran (pytest writes one even when none did)."""
-    return results / ".staging" / run_id
+    return results / STAGING / run_id
 
 
 def clear_staging(results: Path) -> None:
     """Remove ``RESULTS/.staging``. Called under the run's lock, when no other run can be
     writing there: what it holds is this run's, or a killed run's that nothing reads."""
-    shutil.rmtree(results / ".staging", ignore_errors=True)
+    shutil.rmtree(results / STAGING, ignore_errors=True)
 
 
 def manifest_path(results: Path, run_id: str) -> Path:
@@ -172,17 +174,17 @@ def configure(config: pytest.Config, results: Path, resume: bool) -> None:
     from conformance.limits import die_with_parent
 
     current_run_id()
-    if not hasattr(config, "workerinput"):
+    if any(getattr(config.option, name, False) for name in READ_ONLY_OPTIONS):
+        os.environ[READ_ONLY_ENV] = "1"
+    if hasattr(config, "workerinput"):
+        die_with_parent()
+    else:
         # Not an xdist worker of this run: a worker id or count in the environment was
         # inherited from an enclosing pytest-xdist run (a run started from a test), and would
         # make this process skip the manifest and size its memory cap for workers it lacks.
         # xdist sets both afresh in the workers it starts.
         for name in XDIST_WORKER_ENVS:
             os.environ.pop(name, None)
-    if any(getattr(config.option, name, False) for name in READ_ONLY_OPTIONS):
-        os.environ[READ_ONLY_ENV] = "1"
-    if hasattr(config, "workerinput"):
-        die_with_parent()
     config.pluginmanager.register(RunRecorder(results, resume), "conformance-runs")
 
 
@@ -226,7 +228,7 @@ def remove_superseded(results: Path) -> list[Path]:
 
 
 def remove_run_leftovers(results: Path, run_id: str) -> None:
-    """A finished run's scratch, in-flight markers and staging (its rows and manifest stay)."""
+    """A finished run's scratch and in-flight markers (its rows and manifest stay)."""
     for folder in RUN_FOLDERS:
         shutil.rmtree(results / folder / run_id, ignore_errors=True)
         with contextlib.suppress(OSError):
