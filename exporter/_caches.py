@@ -96,7 +96,7 @@ def register(*trees: Any, static: bool = False) -> None:
         (module.DynamicCache, _flatten_dynamic, _unflatten_dynamic),
         (module.EncoderDecoderCache, _flatten_encoder_decoder, _unflatten_encoder_decoder),
     ]
-    if static or _holds_static(trees):
+    if static or any(map(is_static, pytree.tree_leaves(trees, is_leaf=is_static))):
         node = pytree.SUPPORTED_NODES.get(module.StaticCache)
         if node is not None and node.unflatten_fn is not _unflatten_static:
             raise InvalidExportArgumentsError(
@@ -117,15 +117,6 @@ def register(*trees: Any, static: bool = False) -> None:
             serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
             flatten_with_keys_fn=flatten,
         )
-
-
-def _holds_static(tree: Any) -> bool:
-    """Whether a StaticCache is in ``tree`` (tuples, lists and dicts searched)."""
-    if is_static(tree):
-        return True
-    if isinstance(tree, dict):
-        tree = list(tree.values())
-    return isinstance(tree, (tuple, list)) and any(_holds_static(item) for item in tree)
 
 
 def _drop_keys(flat: tuple[list[tuple[Any, Any]], Any]) -> tuple[list[Any], Any]:
