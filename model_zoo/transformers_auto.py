@@ -576,7 +576,9 @@ def _main(argv: list[str]) -> int:
     wanted = argv[1:] or [t for t in model_types() if t not in HAND_WRITTEN]
     log = Path(os.environ.get("SURVEY_LOG", "/tmp/transformers_auto_survey.jsonl"))
     done = {}
-    if log.exists():
+    # The log resumes an interrupted survey of the whole mapping; types named on the command
+    # line are surveyed afresh (a logged verdict may predate a builder change).
+    if log.exists() and not argv[1:]:
         for line in log.read_text().splitlines():
             entry = json.loads(line)
             done[entry["type"]] = (entry["verdict"], entry["detail"])
