@@ -629,7 +629,7 @@ def verify_program(
             record.add_error(Stage.COMPARE, exc)
     timed(Stage.COMPARE, start)
     if expected is None:
-        message = f"verify could not run: {result.skipped['accuracy']}"
+        message = f"verify could not run: {result.skipped[Stage.COMPARE]}"
         if strict:
             raise OnnxVerificationError(message)
         warnings.warn(message, OnnxVerificationWarning, stacklevel=3)

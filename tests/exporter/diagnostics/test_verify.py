@@ -207,3 +207,25 @@ def test_second_size_respects_the_declared_range():
     )
     assert complaints == []
     assert program.verification.changed_dims == ["x dim 0 (batch): 3 -> 2"]
+
+
+class RaisesOnlyInEager(torch.nn.Module):
+    """Exports (the ONNX-export flag is up while capturing) but raises when run eagerly, so the
+    reference verify compares against cannot be computed."""
+
+    def forward(self, x):
+        if not torch.onnx.is_in_onnx_export():
+            raise RuntimeError("this module only runs under export")
+        return x * 2
+
+
+def test_a_reference_that_raises_is_reported_not_a_key_error():
+    x = torch.randn(2, 3)
+    program, complaints = _export_quietly(RaisesOnlyInEager(), (x,), verify=True)
+    assert len(complaints) == 1
+    message = str(complaints[0].message)
+    assert message.startswith("verify could not run: the reference raised on the example inputs")
+    assert "RuntimeError: this module only runs under export" in message
+    assert program.record.status["compare"] == "skipped"
+    with pytest.raises(exporter.OnnxVerificationError, match="only runs under export"):
+        exporter.export(RaisesOnlyInEager(), (x,), verify="strict")
