@@ -1,0 +1,324 @@
+"""The dashboard in a real browser: Debian's chromium driven through its chromedriver.
+
+Skipped, saying why, where no chromium/chromedriver is installed (``.ci/run`` installs both).
+Selenium Manager never runs: the driver's path is given, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.html import build_site
+from reports.rows import CaseResult
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="no chromium and chromedriver on PATH (apt-get install chromium chromium-driver)",
+)
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+PLANTED = "<img src=x onerror=window.__pwned=1><script>window.__pwned=1</script>"
+TOLERANCE_MESSAGE = (
+    "AssertionError: output 0: 12/64 elements exceed rtol=1e-05 atol=1e-05; max abs error 2.1e-05"
+)
+
+
+def row(case_id: str, status: str, **fields) -> CaseResult:
+    parts = case_id.split("::")
+    base = dict(
+        id=case_id,
+        kind=parts[0],
+        subject=parts[1],
+        family=fields.pop("family", "elementwise"),
+        dtype="f32",
+        shapes=parts[4] if parts[0] == "op" else parts[3],
+        opset=20,
+        provider="cpu",
+        exporter="ours",
+        status=status,
+    )
+    base.update(fields)
+    return CaseResult(**base)
+
+
+def small_run() -> list[CaseResult]:
+    rows = [
+        row("op::abs::s000::f32::static::opset20::cpu::ours", "pass"),
+        row("op::abs::s000::f32::dynamic::opset20::cpu::ours", "pass"),
+        row(
+            "op::add::s001::f32::static::opset20::cpu::ours",
+            "fail",
+            stage="compare",
+            error=TOLERANCE_MESSAGE,
+            max_abs=2.1e-05,
+            atol=1e-05,
+            max_rel=0.3,
+            rtol=1e-05,
+        ),
+        row(
+            "op::add::s002::f32::static::opset20::cpu::ours",
+            "xfail",
+            stage="export",
+            error="NotImplementedError: no lowering for aten.add.Tensor with alpha=2",
+            expectation="alpha other than 1 is not lowered yet",
+        ),
+        row(
+            f"op::evil{PLANTED}::s000::f32::static::opset20::cpu::ours",
+            "fail",
+            family="nn",
+            stage="run",
+            error=f"RuntimeError: {PLANTED}",
+            expectation=PLANTED,
+        ),
+        row(
+            "model::torchvision/resnet18::f32::static::opset20::cpu::ours::opt",
+            "pass",
+            family="torchvision",
+        ),
+    ]
+    rows += [
+        row(
+            "op::abs::s000::f32::static::opset18::cpu::torch-dynamo",
+            "pass",
+            opset=18,
+            exporter="torch-dynamo",
+        )
+    ]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+    ):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def open_site(driver, site: Path) -> None:
+    driver.get((site / "index.html").as_uri())
+    WebDriverWait(driver, 15).until(
+        lambda d: d.execute_script("return window.dashboardRendered || 0") > 0
+    )
+
+
+def wait_for(driver, condition, timeout=10):
+    return WebDriverWait(driver, timeout).until(lambda d: condition())
+
+
+def console_errors(driver) -> list[str]:
+    try:
+        logs = driver.get_log("browser")
+    except Exception:  # not every driver keeps the console
+        return []
+    return [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    baseline = [
+        row("op::abs::s000::f32::static::opset20::cpu::ours", "fail", stage="compare"),
+        row("op::add::s001::f32::static::opset20::cpu::ours", "pass"),
+        row("op::gone::s000::f32::static::opset20::cpu::ours", "pass"),
+    ]
+    build_site(small_run(), out, baseline=baseline)
+    return out
+
+
+def test_matrix_cell_lists_cases_with_numbers_and_repro(browser, site, tmp_path):
+    open_site(browser, site)
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.subject-row")
+    assert [r.get_attribute("data-subject") for r in rows][:2] == ["abs", "add"]
+    add = browser.find_element(By.CSS_SELECTOR, "tr.subject-row[data-subject='add']")
+    cell = add.find_elements(By.CSS_SELECTOR, "td.cell")[0]
+    assert cell.text == "0/2"
+    assert "st-unexpected" in cell.get_attribute("class")
+    cell.click()
+    cases = browser.find_elements(By.CSS_SELECTOR, "#cases-list .case")
+    assert len(cases) == 2
+    text = browser.find_element(By.ID, "cases-list").text
+    assert TOLERANCE_MESSAGE in text  # numbers intact
+    assert "alpha other than 1 is not lowered yet" in text
+    assert "python -m conformance repro op::add::s001::f32::static::opset20::cpu::ours" in text
+    assert browser.get_screenshot_as_file(str(tmp_path / "matrix.png"))
+    assert (tmp_path / "matrix.png").stat().st_size > 1000
+    assert console_errors(browser) == []
+
+
+def test_filters(browser, site):
+    open_site(browser, site)
+    Select(browser.find_element(By.ID, "filter-status")).select_by_value("unexpected")
+    subjects = [
+        r.get_attribute("data-subject")
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.subject-row")
+    ]
+    assert subjects == ["add", f"evil{PLANTED}"]
+    Select(browser.find_element(By.ID, "filter-status")).select_by_value("")
+    Select(browser.find_element(By.ID, "filter-exporter")).select_by_value("torch-dynamo")
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#matrix thead th")]
+    assert headers == ["op / model", "torch-dynamo opset18 cpu f32"]
+    Select(browser.find_element(By.ID, "filter-exporter")).select_by_value("")
+    box = browser.find_element(By.ID, "filter-text")
+    box.send_keys("resnet")
+    wait_for(
+        browser,
+        lambda: (
+            [
+                r.get_attribute("data-subject")
+                for r in browser.find_elements(By.CSS_SELECTOR, "tr.subject-row")
+            ]
+            == ["torchvision/resnet18"]
+        ),
+    )
+
+
+def test_diff_view(browser, site):
+    open_site(browser, site)
+    browser.find_element(By.ID, "tab-diff").click()
+    wait_for(browser, lambda: browser.find_elements(By.ID, "diff-removed"))
+    assert browser.find_element(By.ID, "diff-counts").text == (
+        "broken 1 · fixed 1 · changed 0 · new 5 · removed 1"
+    )
+    broken = browser.find_element(By.ID, "diff-broken").text
+    assert (
+        "pass → fail" in broken and "op::add::s001" in broken and "max abs error 2.1e-05" in broken
+    )
+    assert "fail → pass" in browser.find_element(By.ID, "diff-fixed").text
+    assert "op::gone::s000" in browser.find_element(By.ID, "diff-removed").text
+
+
+def test_history_view_carries_status_since(browser, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    rows = small_run()
+    build_site(rows, first, runs=[{"run_id": "a", "started": "2026-11-01T00:00:00Z"}])
+    rows[0].status = "fail"
+    build_site(
+        rows,
+        second,
+        runs=[{"run_id": "b", "started": "2026-11-02T00:00:00Z", "commit": "abc"}],
+        history=first / "history.jsonl",
+    )
+    lines = (second / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["run"] for line in lines] == [
+        "2026-11-01T00:00:00Z",
+        "2026-11-02T00:00:00Z abc",
+    ]
+    since = json.loads((second / "history-cases.json").read_text())["cases"]
+    assert since[rows[0].id] == ["fail", "2026-11-02T00:00:00Z abc"]
+    assert since[rows[1].id] == ["pass", "2026-11-01T00:00:00Z"]
+    open_site(browser, second)
+    browser.find_element(By.ID, "tab-history").click()
+    wait_for(browser, lambda: browser.find_elements(By.ID, "history-table"))
+    table = browser.find_element(By.ID, "history-table").text
+    assert "ours opset20" in table and "2026-11-02T00:00:00Z abc" in table
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.trend polyline")) == 2
+
+
+def test_planted_markup_is_text_and_never_runs(browser, site):
+    open_site(browser, site)
+    evil = browser.find_element(
+        By.CSS_SELECTOR, "tr.subject-row:nth-child(n)[data-subject^='evil']"
+    )
+    assert evil.find_element(By.CSS_SELECTOR, "th").text == f"evil{PLANTED}"
+    evil.find_elements(By.CSS_SELECTOR, "td.cell:not(.empty)")[0].click()
+    text = browser.find_element(By.ID, "cases-list").text
+    assert f"RuntimeError: {PLANTED}" in text
+    assert f"op::evil{PLANTED}::s000" in text
+    assert browser.find_elements(By.CSS_SELECTOR, "#cases-list img, #matrix img") == []
+    assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
+    assert browser.execute_script("return typeof window.__pwned") == "undefined"
+    browser.find_element(By.ID, "tab-diff").click()
+    wait_for(browser, lambda: browser.find_elements(By.ID, "diff-removed"))
+    assert PLANTED in browser.find_element(By.ID, "diff-new").text
+    assert browser.execute_script("return typeof window.__pwned") == "undefined"
+
+
+def synthetic_run(count: int) -> list[CaseResult]:
+    """``count`` op cases over 40 families: 5 samples × 2 shapes × 2 exporters × 2 opsets per
+    op, one in 20 failing with a long message."""
+    rows = []
+    statuses = ["pass"] * 17 + ["fail", "xfail", "skip"]
+    index = 0
+    op = 0
+    while len(rows) < count:
+        for exporter in ("ours", "torch-dynamo"):
+            for opset in (18, 20):
+                for shapes in ("static", "dynamic"):
+                    for sample in range(5):
+                        status = statuses[index % len(statuses)]
+                        index += 1
+                        case_id = f"op::op{op}::s{sample:03d}::f32::{shapes}::opset{opset}::cpu::{exporter}"
+                        rows.append(
+                            row(
+                                case_id,
+                                status,
+                                family=f"family{op % 40}",
+                                opset=opset,
+                                exporter=exporter,
+                                sample=sample,
+                                stage=None if status == "pass" else "compare",
+                                error=None if status == "pass" else TOLERANCE_MESSAGE * 3,
+                            )
+                        )
+        op += 1
+    return rows[:count]
+
+
+def test_fifty_thousand_cases_load_fast(browser, tmp_path):
+    site = tmp_path / "big"
+    started = time.perf_counter()
+    build_site(synthetic_run(50_000), site)
+    built = time.perf_counter() - started
+    first_load = sum(
+        (site / name).stat().st_size
+        for name in ("index.html", "dashboard.js", "dashboard.css", "data/index.js")
+    )
+    everything = sum(path.stat().st_size for path in site.rglob("*") if path.is_file())
+    started = time.perf_counter()
+    open_site(browser, site)
+    rendered = time.perf_counter() - started
+    paint = browser.execute_script(
+        "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+        "return p ? p.startTime : null"
+    )
+    families = len(browser.find_elements(By.CSS_SELECTOR, "tr.family"))
+    assert families == 40
+    assert browser.find_elements(By.CSS_SELECTOR, "tr.subject-row") == []  # folded
+    browser.find_element(By.CSS_SELECTOR, "tr.family th").click()
+    wait_for(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "tr.subject-row"))
+    print(
+        f"\n50,000 cases: built in {built:.1f} s; first load {first_load / 1024:.0f} KiB "
+        f"(site {everything / 2**20:.1f} MiB in {len(list(site.rglob('*.js')))} .js files); "
+        f"first contentful paint {paint} ms; matrix rendered {rendered * 1000:.0f} ms after "
+        "navigation started"
+    )
+    # Generous bounds: the first load is the index alone, whatever the run's size.
+    assert first_load < 1_000_000
+    assert rendered < 10
