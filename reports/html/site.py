@@ -14,6 +14,7 @@ from typing import Any
 
 from reports.diff import diff_rows
 from reports.rows import CaseResult
+from reports.signatures import error_headline
 from reports.tally import (
     combo_label,
     combo_sort_key,
@@ -244,6 +245,7 @@ def _case(row: CaseResult, subject: int, column: int, since: Mapping[str, list[s
     }
     optional = {
         "sg": row.stage,
+        "h": error_headline(row.error) if row.error and not is_pass(row) else None,
         "m": _message(row) if not is_pass(row) else None,
         "x": row.expectation,
         "ma": row.max_abs,

@@ -76,9 +76,10 @@
   }
 
   function rate(counts) {
-    const ran = total(counts) - (counts.skip || 0);
-    if (ran === 0) return "skip";
-    return (counts.pass || 0) + "/" + ran;
+    const skipped = counts.skip || 0;
+    const ran = total(counts) - skipped;
+    if (ran === 0) return skipped + " skip";
+    return (counts.pass || 0) + "/" + ran + (skipped ? " · " + skipped + " skip" : "");
   }
 
   function countsTitle(counts) {
@@ -228,7 +229,8 @@
       { class: "case", "data-status": c.st },
       el("div", {}, el("span", { class: "badge st-" + tone({ [c.st]: 1 }) }, c.st), el("span", { class: "id" }, c.id)),
       facts,
-      c.m ? el("pre", { class: "message" }, c.m) : null,
+      c.h ? el("pre", { class: "headline" }, c.h) : null,
+      c.m && c.m !== c.h ? el("details", {}, el("summary", {}, "full message"), el("pre", { class: "message" }, c.m)) : null,
       el("div", {}, "repro: ", el("code", { class: "repro" }, c.r))
     );
   }
