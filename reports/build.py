@@ -14,6 +14,7 @@ from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
 from reports.rows import CaseResult, RowsRead, read_rows, report_invalid, scan_rows
 from reports.summary_md import summary_markdown
+from reports.tolerances import report_link
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -28,11 +29,14 @@ def render_markdown(
 ) -> dict[str, str]:
     """The markdown reports, keyed by file name. No matplotlib; the disk only through
     ``links`` (the expectation entries behind xfails, linked relative to ``out_dir``)."""
-    return {
+    reports = {
         "summary.md": summary_markdown(rows, completeness, runs, missing),
         "ops.md": ops_markdown(rows, links, out_dir),
         "models.md": models_markdown(rows, links, out_dir),
     }
+    # Every report says where the bounds its pass and fail verdicts used are listed.
+    footer = f"Tolerances of every comparison: {report_link(out_dir)}.\n"
+    return {name: content.rstrip("\n") + "\n\n" + footer for name, content in reports.items()}
 
 
 def build_reports(

@@ -44,7 +44,6 @@ def build_site(
     history: str | os.PathLike | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
     completeness: str | None = None,
-    tolerance_url: str | None = None,
 ) -> list[Path]:
     """Write the dashboard for ``rows`` into ``out_dir``; returns the written paths.
 
@@ -122,10 +121,24 @@ def build_site(
         "families": families,
         "diff": {name: len(items) for name, items in diff.items()} if diff else None,
         "history_runs": len(history_lines),
-        "tolerance_url": tolerance_url,
+        "tolerances": _tolerances(),
     }
     written.append(_write_js(data / "index.js", "index", index))
     return written
+
+
+def _tolerances() -> dict[str, Any] | None:
+    """The one tolerance table (``reports.tolerances``) for the page's Tolerances view; None
+    where its sources cannot be read (the view says so)."""
+    from reports.tolerances import COLUMNS, tolerance_rows, tolerance_rules
+
+    try:
+        return {"columns": COLUMNS, "rows": tolerance_rows(), "rules": tolerance_rules()}
+    except (ImportError, OSError, ValueError) as error:
+        import sys
+
+        print(f"warning: the dashboard has no tolerance table: {error}", file=sys.stderr)
+        return None
 
 
 def run_label(runs: Sequence[Mapping[str, Any]]) -> str:

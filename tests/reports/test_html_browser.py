@@ -322,3 +322,11 @@ def test_fifty_thousand_cases_load_fast(browser, tmp_path):
     # Generous bounds: the first load is the index alone, whatever the run's size.
     assert first_load < 1_000_000
     assert rendered < 10
+
+
+def test_tolerance_view_lists_the_one_table(browser, site):
+    open_site(browser, site)
+    browser.find_element(By.ID, "tab-tolerances").click()
+    table = browser.find_element(By.ID, "tolerance-table").text
+    assert "op cases element f32 1e-05 1e-05" in table
+    assert "Eager noise (model cases)" in browser.find_element(By.ID, "view-tolerances").text

@@ -181,3 +181,23 @@ def test_sparse_outputs_compare_by_value():
 
     dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
     assert (to_numpy(dense.to_sparse()) == dense.numpy()).all()
+
+
+def test_readme_holds_the_generated_tolerance_table():
+    from reports.tolerances import README, readme_block, tolerance_markdown
+
+    copy = readme_block(README.read_text(encoding="utf-8"))
+    assert copy is not None, "README.md lacks the tolerance table's markers"
+    assert copy == tolerance_markdown(), (
+        "README.md's tolerance table is stale: python -m reports.tolerances --update README.md"
+    )
+    assert "| op cases | element | f32 | 1e-05 | 1e-05 |" in copy
+    assert "Eager noise (model cases): rtol is raised to 4 x" in copy
+
+
+def test_every_report_links_the_tolerance_table(tmp_path):
+    from reports.tolerances import README
+
+    out = README.parent / "reports" / "latest"
+    for name, content in render_markdown([upsample()], out_dir=out).items():
+        assert "[the tolerance table](../../README.md#tolerances)" in content, name

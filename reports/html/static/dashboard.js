@@ -7,6 +7,7 @@
 (function () {
   const UNEXPECTED = ["fail", "crash", "timeout", "xpass"];
   const PAGE = 200; // cases or diff entries shown before "show more"
+  const VIEWS = ["matrix", "diff", "history", "tolerances"];
   const data = {}; // name -> payload
   const waiting = {}; // name -> [callbacks]
   const state = { family: "", status: "", exporter: "", text: "", open: new Set() };
@@ -111,19 +112,32 @@
     line.textContent =
       index.total + " cases · pass " + index.passed + "/" + index.counted + " of those that ran · " +
       parts.join(" · ") + (index.completeness ? " · " + index.completeness : "");
-    if (index.tolerance_url) {
-      line.appendChild(document.createTextNode(" · "));
-      line.appendChild(el("a", { href: index.tolerance_url }, "tolerances"));
-    }
   }
 
   function show(view) {
-    for (const name of ["matrix", "diff", "history"]) {
+    for (const name of VIEWS) {
       document.getElementById("view-" + name).hidden = name !== view;
       document.getElementById("tab-" + name).classList.toggle("active", name === view);
     }
     if (view === "diff") renderDiff();
     if (view === "history") renderHistory();
+    if (view === "tolerances") renderTolerances();
+  }
+
+  function renderTolerances() {
+    const view = document.getElementById("view-tolerances");
+    if (view.dataset.done) return;
+    const table = index.tolerances;
+    if (!table) {
+      view.appendChild(el("p", {}, "This build could not read the tolerance table (see the README's Tolerances section)."));
+    } else {
+      view.appendChild(el("p", {}, "The bounds every comparison used (the README's Tolerances section is the same table)."));
+      view.appendChild(el("table", { id: "tolerance-table" },
+        el("thead", {}, el("tr", {}, ...table.columns.map((c) => el("th", {}, c)))),
+        el("tbody", {}, ...table.rows.map((row) => el("tr", {}, ...row.map((cell) => el("td", {}, cell)))))));
+      view.appendChild(el("ul", {}, ...table.rules.map((rule) => el("li", {}, rule))));
+    }
+    view.dataset.done = "1";
   }
 
   // --------------------------------------------------------------- matrix
@@ -395,7 +409,7 @@
     filters();
     // A small run opens every family; a large one starts folded, each family loaded on demand.
     if (index.total <= 3000) index.families.forEach((_, f) => state.open.add(f));
-    for (const name of ["matrix", "diff", "history"]) {
+    for (const name of VIEWS) {
       document.getElementById("tab-" + name).addEventListener("click", () => show(name));
     }
     show("matrix");
