@@ -7,21 +7,18 @@ Selenium Manager never runs: the driver's path is given, so nothing is downloade
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from reports.html import build_site
+from reports.html.browser import chromium_paths
 from reports.rows import CaseResult
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-
+pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
 pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
+    chromium_paths() is None,
     reason="no chromium and chromedriver on PATH (apt-get install chromium chromium-driver)",
 )
 
@@ -100,32 +97,17 @@ def small_run() -> list[CaseResult]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--window-size=1400,900",
-    ):
-        options.add_argument(flag)
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(30)
+    from reports.html.browser import open_browser
+
+    driver = open_browser(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
     driver.quit()
 
 
 def open_site(driver, site: Path) -> None:
-    driver.get((site / "index.html").as_uri())
-    WebDriverWait(driver, 15).until(
-        lambda d: d.execute_script("return window.dashboardRendered || 0") > 0
-    )
+    from reports.html.browser import open_site as load
+
+    load(driver, site)
 
 
 def wait_for(driver, condition, timeout=10):
