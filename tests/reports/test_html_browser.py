@@ -14,7 +14,13 @@ import pytest
 
 from reports.html import build_site
 from reports.html.browser import chromium_paths
-from reports.rows import CaseResult
+from tests.reports.dashboard_rows import (
+    PLANTED,
+    TOLERANCE_MESSAGE,
+    row,
+    small_run,
+    synthetic_run,
+)
 
 pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
 pytestmark = pytest.mark.skipif(
@@ -24,75 +30,6 @@ pytestmark = pytest.mark.skipif(
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
-
-PLANTED = "<img src=x onerror=window.__pwned=1><script>window.__pwned=1</script>"
-TOLERANCE_MESSAGE = (
-    "AssertionError: output 0: 12/64 elements exceed rtol=1e-05 atol=1e-05; max abs error 2.1e-05"
-)
-
-
-def row(case_id: str, status: str, **fields) -> CaseResult:
-    parts = case_id.split("::")
-    base = dict(
-        id=case_id,
-        kind=parts[0],
-        subject=parts[1],
-        family=fields.pop("family", "elementwise"),
-        dtype="f32",
-        shapes=parts[4] if parts[0] == "op" else parts[3],
-        opset=20,
-        provider="cpu",
-        exporter="ours",
-        status=status,
-    )
-    base.update(fields)
-    return CaseResult(**base)
-
-
-def small_run() -> list[CaseResult]:
-    rows = [
-        row("op::abs::s000::f32::static::opset20::cpu::ours", "pass"),
-        row("op::abs::s000::f32::dynamic::opset20::cpu::ours", "pass"),
-        row(
-            "op::add::s001::f32::static::opset20::cpu::ours",
-            "fail",
-            stage="compare",
-            error=TOLERANCE_MESSAGE,
-            max_abs=2.1e-05,
-            atol=1e-05,
-            max_rel=0.3,
-            rtol=1e-05,
-        ),
-        row(
-            "op::add::s002::f32::static::opset20::cpu::ours",
-            "xfail",
-            stage="export",
-            error="NotImplementedError: no lowering for aten.add.Tensor with alpha=2",
-            expectation="alpha other than 1 is not lowered yet",
-        ),
-        row(
-            f"op::evil{PLANTED}::s000::f32::static::opset20::cpu::ours",
-            "fail",
-            family="nn",
-            stage="run",
-            error=f"RuntimeError: {PLANTED}",
-            expectation=PLANTED,
-        ),
-        row(
-            "model::torchvision/resnet18::f32::static::opset20::cpu::ours::opt",
-            "pass",
-            family="torchvision",
-        ),
-    ]
-    rows += [
-        row(
-            "op::abs::s000::f32::static::opset18::cpu::torch-dynamo",
-            "pass",
-            opset=18,
-            exporter="torch-dynamo",
-        )
-    ]
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -240,37 +177,6 @@ def test_planted_markup_is_text_and_never_runs(browser, site):
     wait_for(browser, lambda: browser.find_elements(By.ID, "diff-removed"))
     assert PLANTED in browser.find_element(By.ID, "diff-new").text
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
-
-
-def synthetic_run(count: int) -> list[CaseResult]:
-    """``count`` op cases over 40 families: 5 samples × 2 shapes × 2 exporters × 2 opsets per
-    op, one in 20 failing with a long message."""
-    rows = []
-    statuses = ["pass"] * 17 + ["fail", "xfail", "skip"]
-    index = 0
-    op = 0
-    while len(rows) < count:
-        for exporter in ("ours", "torch-dynamo"):
-            for opset in (18, 20):
-                for shapes in ("static", "dynamic"):
-                    for sample in range(5):
-                        status = statuses[index % len(statuses)]
-                        index += 1
-                        case_id = f"op::op{op}::s{sample:03d}::f32::{shapes}::opset{opset}::cpu::{exporter}"
-                        rows.append(
-                            row(
-                                case_id,
-                                status,
-                                family=f"family{op % 40}",
-                                opset=opset,
-                                exporter=exporter,
-                                sample=sample,
-                                stage=None if status == "pass" else "compare",
-                                error=None if status == "pass" else TOLERANCE_MESSAGE * 3,
-                            )
-                        )
-        op += 1
-    return rows[:count]
 
 
 def test_fifty_thousand_cases_load_fast(browser, tmp_path):

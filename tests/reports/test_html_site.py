@@ -9,7 +9,7 @@ from importlib import resources
 from reports.__main__ import main
 from reports.html.site import repro_command
 from reports.rows import append_row
-from tests.reports.test_html_browser import PLANTED, small_run
+from tests.reports.dashboard_rows import PLANTED, small_run
 
 
 def load_payload(path):
