@@ -158,6 +158,12 @@ def test_history_view_carries_status_since(browser, tmp_path):
     table = browser.find_element(By.ID, "history-table").text
     assert "ours opset20" in table and "2026-11-02T00:00:00Z abc" in table
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.trend polyline")) == 2
+    browser.find_element(By.ID, "since-id").send_keys(rows[1].id)
+    browser.find_element(By.CSS_SELECTOR, "#since-form button").click()
+    wait_for(browser, lambda: browser.find_element(By.ID, "since-answer").text)
+    assert browser.find_element(By.ID, "since-answer").text == (
+        f"{rows[1].id}: pass since 2026-11-01T00:00:00Z"
+    )
 
 
 def test_planted_markup_is_text_and_never_runs(browser, site):

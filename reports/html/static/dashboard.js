@@ -347,7 +347,7 @@
       const y = (v) => 10 + (1 - v) * (height - bottom - 10);
       for (const v of [0, 0.5, 1]) {
         chart.appendChild(svg("line", { x1: left, x2: width - right, y1: y(v), y2: y(v), stroke: "#ddd" }));
-        chart.appendChild(svg("text", { x: 4, y: y(v) + 4 }, Math.round(v * 100) + "%"));
+        chart.appendChild(svg("text", { x: 4, y: y(v) + 4, class: "axis" }, Math.round(v * 100) + "%"));
       }
       [...series.entries()].forEach(([key, points], k) => {
         const colour = COLOURS[k % COLOURS.length];
@@ -376,8 +376,33 @@
       });
       table.appendChild(body);
       view.appendChild(table);
-      view.appendChild(el("p", {}, "Each case's \"status since\" (the first run in this history with its current status) is shown with the case in the matrix view."));
+      const answer = el("p", { id: "since-answer" });
+      const input = el("input", { id: "since-id", type: "search", size: 70, placeholder: "op::abs::s000::f32::static::opset20::cpu::ours" });
+      const ask = el("form", { id: "since-form" }, el("label", {}, "Since when has a case its status? ", input), el("button", { type: "submit" }, "look up"));
+      ask.addEventListener("submit", (event) => {
+        event.preventDefault();
+        since(input.value.trim(), answer);
+      });
+      view.appendChild(ask);
+      view.appendChild(answer);
       view.dataset.done = "1";
+    });
+  }
+
+  // A case's status and the first run of the history since which it has had it, from its
+  // family's data file (the id's second field names the op or model).
+  function since(id, answer) {
+    const subject = id.split("::")[1];
+    const family = index.families.find((f) => f.subjects.includes(subject));
+    if (!family) {
+      answer.textContent = "No case with that id in this run.";
+      return;
+    }
+    load(family.file, (payload) => {
+      const found = payload.cases.find((c) => c.id === id);
+      answer.textContent = found
+        ? found.id + ": " + found.st + " since " + found.since
+        : "No case with that id in this run.";
     });
   }
 
