@@ -19,10 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from reports.html import build_site  # noqa: E402
-from reports.html.browser import open_browser, open_site  # noqa: E402
+from reports.html.browser import measure_load, open_browser  # noqa: E402
 from tests.reports.dashboard_rows import synthetic_run  # noqa: E402
-
-FIRST_LOAD = ("index.html", "dashboard.js", "dashboard.css", "data/index.js")
 
 
 def measure(count: int, driver, folder: Path) -> str:
@@ -34,23 +32,16 @@ def measure(count: int, driver, folder: Path) -> str:
     started = time.perf_counter()
     build_site(rows, site)
     built = time.perf_counter() - started
-    first = sum((site / name).stat().st_size for name in FIRST_LOAD)
-    total = sum(path.stat().st_size for path in site.rglob("*") if path.is_file())
-    started = time.perf_counter()
-    open_site(driver, site)
-    rendered = time.perf_counter() - started
-    paint = driver.execute_script(
-        "const p = performance.getEntriesByName('first-contentful-paint')[0];"
-        "return p ? p.startTime : null"
-    )
+    load = measure_load(driver, site)
     started = time.perf_counter()
     driver.find_element(By.CSS_SELECTOR, "tr.family th").click()
     WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.subject-row"))
     family = time.perf_counter() - started
     return (
-        f"{count:>7} cases: build {built:5.1f} s · first load {first / 1024:6.0f} KiB · site "
-        f"{total / 2**20:6.1f} MiB · first paint {paint:6.0f} ms · matrix {rendered * 1000:6.0f} "
-        f"ms · one family opened {family * 1000:6.0f} ms"
+        f"{count:>7} cases: build {built:5.1f} s · first load "
+        f"{load.first_load_bytes / 1024:6.0f} KiB · site {load.site_bytes / 2**20:6.1f} MiB · "
+        f"first paint {load.first_paint_ms or 0:6.0f} ms · matrix {load.matrix_s * 1000:6.0f} ms · "
+        f"one family opened {family * 1000:6.0f} ms"
     )
 
 

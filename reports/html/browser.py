@@ -8,9 +8,11 @@ given, so Selenium Manager never downloads a driver or a browser.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,6 +69,33 @@ def open_site(driver, site: str | Path, timeout: float = 15) -> None:
     WebDriverWait(driver, timeout).until(
         lambda d: d.execute_script("return window.dashboardRendered || 0") > 0
     )
+
+
+#: What a browser fetches before it draws the matrix, whatever the run's size.
+FIRST_LOAD = ("index.html", "dashboard.js", "dashboard.css", "data/index.js")
+
+
+@dataclasses.dataclass
+class LoadTimes:
+    first_load_bytes: int  # the FIRST_LOAD files
+    site_bytes: int  # every file of the site
+    first_paint_ms: float | None  # the browser's first-contentful-paint entry
+    matrix_s: float  # from navigation until the matrix was drawn, measured from here
+
+
+def measure_load(driver, site: str | Path) -> LoadTimes:
+    """Open ``site`` in ``driver`` and measure what the first load costs."""
+    site = Path(site)
+    first = sum((site / name).stat().st_size for name in FIRST_LOAD)
+    total = sum(path.stat().st_size for path in site.rglob("*") if path.is_file())
+    started = time.perf_counter()
+    open_site(driver, site)
+    matrix = time.perf_counter() - started
+    paint = driver.execute_script(
+        "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+        "return p ? p.startTime : null"
+    )
+    return LoadTimes(first, total, paint, matrix)
 
 
 def screenshot(site: str | Path, out: str | Path, size: tuple[int, int] = (1400, 900)) -> Path:
