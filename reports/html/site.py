@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from reports.diff import diff_rows
@@ -100,7 +101,17 @@ def build_site(
             }
         )
 
-    diff = _diff(baseline, rows) if baseline is not None else None
+    if baseline is not None:
+        diff, against = _diff(baseline, rows), "the baseline rows (--baseline)"
+    elif earlier and since_before:
+        # Without --baseline, the previous run of the history: its statuses are in the map.
+        previous = [SimpleNamespace(id=i, status=s[0]) for i, s in since_before.items()]
+        diff, against = (
+            _diff(previous, rows),
+            f"the previous run in the history, {earlier[-1]['run']}",
+        )
+    else:
+        diff, against = None, None
     if diff is not None:
         written.append(_write_js(data / "diff.js", "diff", diff))
     written.append(_write_js(data / "history.js", "history", {"runs": history_lines}))
@@ -120,6 +131,7 @@ def build_site(
         ],
         "families": families,
         "diff": {name: len(items) for name, items in diff.items()} if diff else None,
+        "diff_against": against,
         "history_runs": len(history_lines),
         "tolerances": _tolerances(),
     }
@@ -276,9 +288,9 @@ def repro_command(case_id: str) -> str:
     return f"python -m conformance repro {shlex.quote(case_id)}"
 
 
-def _diff(baseline: Sequence[CaseResult], rows: Sequence[CaseResult]) -> dict[str, list]:
+def _diff(baseline: Sequence[Any], rows: Sequence[CaseResult]) -> dict[str, list]:
     """wpt.fyi's view of two runs: fixed (now passes), broken (passed, now does not), changed
-    (another status change), new and removed cases."""
+    (another status change), new and removed cases. ``baseline`` needs only ids and statuses."""
     diff = diff_rows(baseline, rows)
     out: dict[str, list] = {"fixed": [], "broken": [], "changed": [], "new": [], "removed": []}
     for old, new in diff.changed:
@@ -289,7 +301,7 @@ def _diff(baseline: Sequence[CaseResult], rows: Sequence[CaseResult]) -> dict[st
                 "was": old.status,
                 "now": new.status,
                 "sg": new.stage or "",
-                "m": _message(new),
+                "m": error_headline(new.error) if new.error else "",
                 "r": repro_command(new.id),
             }
         )

@@ -157,6 +157,14 @@ def test_history_view_carries_status_since(browser, tmp_path):
     table = browser.find_element(By.ID, "history-table").text
     assert "ours opset20" in table and "2026-11-02T00:00:00Z abc" in table
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.trend polyline")) == 2
+    # Without --baseline the diff is against the previous run of the history.
+    browser.find_element(By.ID, "tab-diff").click()
+    wait_for(browser, lambda: browser.find_elements(By.ID, "diff-removed"))
+    assert browser.find_element(By.ID, "diff-against").text == (
+        "Compared with the previous run in the history, 2026-11-01T00:00:00Z."
+    )
+    assert f"pass → fail{rows[0].id}" in browser.find_element(By.ID, "diff-broken").text
+    browser.find_element(By.ID, "tab-history").click()
     browser.find_element(By.ID, "since-id").send_keys(rows[1].id)
     browser.find_element(By.CSS_SELECTOR, "#since-form button").click()
     wait_for(browser, lambda: browser.find_element(By.ID, "since-answer").text)

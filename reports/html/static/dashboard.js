@@ -287,10 +287,11 @@
     if (view.dataset.done) return;
     clear(view);
     if (!index.diff) {
-      view.appendChild(el("p", {}, "No baseline: build with --baseline ROWS to compare this run with an earlier one."));
+      view.appendChild(el("p", {}, "Nothing to compare with: build with --baseline ROWS, or with --history of an earlier dashboard, to see what changed since."));
       view.dataset.done = "1";
       return;
     }
+    view.appendChild(el("p", { id: "diff-against" }, "Compared with " + index.diff_against + "."));
     view.appendChild(
       el("p", { id: "diff-counts" },
         DIFF_GROUPS.map(([key]) => key + " " + index.diff[key]).join(" · "))
