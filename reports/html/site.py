@@ -105,7 +105,11 @@ def build_site(
         diff, against = _diff(baseline, rows), "the baseline rows (--baseline)"
     elif earlier and since_before:
         # Without --baseline, the previous run of the history: its statuses are in the map.
-        previous = [SimpleNamespace(id=i, status=s[0]) for i, s in since_before.items()]
+        previous = [
+            SimpleNamespace(id=case_id, status=entry[0])
+            for case_id, entry in since_before.items()
+            if isinstance(entry, list) and entry and isinstance(entry[0], str)
+        ]
         diff, against = (
             _diff(previous, rows),
             f"the previous run in the history, {earlier[-1]['run']}",
