@@ -79,3 +79,22 @@ def test_html_needs_an_output(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["build", str(tmp_path)])
     assert "give --out DIR" in capsys.readouterr().err
+
+
+def test_a_damaged_history_is_read_as_far_as_it_goes(tmp_path, capsys):
+    from reports.html import build_site
+
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "history.jsonl").write_text('{"run": "r1", "cases": 1}\nnot json\n[1, 2]\n')
+    rows = small_run()
+    (old / "history-cases.json").write_text(
+        json.dumps({"cases": {rows[0].id: ["fail", "r1"], rows[1].id: 7}})
+    )
+    build_site(rows, tmp_path / "new", history=old / "history.jsonl")
+    err = capsys.readouterr().err
+    assert "history.jsonl:2: not a history line" in err and "history.jsonl:3:" in err
+    lines = (tmp_path / "new" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["run"] for line in lines][0] == "r1" and len(lines) == 2
+    _, index = load_payload(tmp_path / "new" / "data" / "index.js")
+    assert index["diff"]["fixed"] == 1 and index["diff_against"].endswith("r1")
