@@ -16,7 +16,9 @@
 
 ``python -m conformance repro CASE_ID [--results DIR]``
     Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
-    inputs, expected outputs, repro.py), whatever the case's outcome.
+    inputs, expected outputs, repro.py), whatever the case's outcome. The outcome is judged
+    against the expectations as a run judges it: exit 0 for a pass or an expected failure (it
+    prints the entry's reason), 1 for any other result.
 """
 
 from __future__ import annotations
@@ -389,9 +391,17 @@ def repro(args: list[str]) -> int:
         else:
             outcome = {"status": result.status, "stage": result.stage, "error": result.detail}
     status, stage, error = outcome["status"], outcome.get("stage"), outcome.get("error")
-    print(f"{case.id}: {status}" + (f" at stage {stage}" if stage else ""))
+    from conformance.repro import judge_replay
+
+    # Judged as a run judges it: an expected failure says so and is no failure of this command.
+    verdict = judge_replay(case, outcome, options.results)
+    print(f"{case.id}: {verdict.status}" + (f" at stage {stage}" if stage else ""))
     if error:
         print(error)
+    if verdict.item == "xfail" and verdict.entry is not None:
+        print(f"this failure is expected (exit code 0): {verdict.entry.reason}")
+    elif verdict.message:
+        print(verdict.message)
     if outcome.get("max_abs") is not None:
         print(f"max abs error {outcome['max_abs']:.3g}, max rel error {outcome['max_rel']:.3g}")
     relative = keep_repro(
@@ -405,7 +415,7 @@ def repro(args: list[str]) -> int:
     else:
         directory = options.results / relative
         print(f"repro directory: {directory}\n  python {directory / 'repro.py'}")
-    return 0 if status == "pass" else 1
+    return 0 if verdict.item in ("pass", "xfail") else 1
 
 
 if __name__ == "__main__":

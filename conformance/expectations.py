@@ -282,12 +282,19 @@ def propose(entries: Sequence[Expectation], rows: Iterable) -> Proposal:
                 status="skip" if hang_or_crash else "xfail",
                 id=row.id,
                 stage=row.stage,
-                reason=f"{row.status} at {row.stage}: {row.error_signature or 'no message'}"[:300],
+                # The message as raised (numbers kept); the signature below is the masked match.
+                reason=f"{row.status} at {row.stage}: {_headline(row) or 'no message'}"[:300],
                 link="",
                 signature=row.error_signature or None,
             )
         )
     return Proposal(kept + added, dropped, added)
+
+
+def _headline(row) -> str:
+    from reports.signatures import error_headline
+
+    return error_headline(row.error) or row.error_signature or ""
 
 
 def proposed_path(path: Path) -> Path:

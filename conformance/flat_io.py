@@ -115,6 +115,10 @@ def flat_outputs(outputs: Any) -> list[torch.Tensor]:
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """A contiguous numpy copy (ml_dtypes arrays for bfloat16 and float8), which nothing the
     model does to its inputs afterwards can change."""
+    if tensor.layout != torch.strided:
+        # A sparse (or other non-strided) eager output is compared by its values: ONNX has no
+        # sparse runtime tensors, so the exported model can only return the dense form.
+        tensor = tensor.to_dense()
     # np.array, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
     return np.array(_dtypes.to_numpy(tensor), order="C")
 

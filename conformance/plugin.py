@@ -46,6 +46,8 @@ DEFAULT_CASE_TIMEOUT_S = 120.0
 BACKSTOP_SLACK_S = 120.0
 EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 ROW_STATUSES_WITH_REPRO = ("fail", "xfail", "crash", "timeout")
+#: How the signature of a row the harness (not the exporter) failed begins; no expectation covers it.
+HARNESS_ERROR = "HarnessError:"
 DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
 OPTIMIZE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
 TIMEOUT_OPTIONS = (
@@ -497,9 +499,7 @@ class CaseRuntime:
             os.abort()
         outcome = self._run(case, facts)
         status = outcome.pop("status")
-        verdict = expectations_mod.judge(
-            entries, facts, status, outcome.get("stage"), outcome.get("error_signature")
-        )
+        verdict = judge_outcome(entries, facts, status, outcome)
         row = self._row(case, {**outcome, "status": verdict.status})
         if verdict.entry is not None:
             row.expectation = verdict.entry.reason
@@ -547,7 +547,7 @@ class CaseRuntime:
         if result.status == "error":
             # A bug in the harness, not in the exporter: the row says so in its signature.
             row = _abnormal("fail", result.stage, f"conformance harness error: {result.detail}")
-            row["error_signature"] = f"HarnessError: {row['error_signature']}"
+            row["error_signature"] = f"{HARNESS_ERROR} {row['error_signature']}"
             return row
         return _abnormal("crash", result.stage, f"{result.detail} at stage {result.stage}")
 
@@ -583,6 +583,17 @@ class CaseRuntime:
 
 def expectations_path(options: Options, case) -> Path:
     return expectations_file(options, case.row_identity()["kind"], case.exporter)
+
+
+def judge_outcome(entries, facts: dict[str, Any], status: str, outcome: dict[str, Any]):
+    """The expectations' verdict on a case's outcome. A harness error (its signature starts
+    with ``HARNESS_ERROR``) judges no exporter: no entry covers it, it fails as what it is."""
+    signature = outcome.get("error_signature")
+    if str(signature or "").startswith(HARNESS_ERROR):
+        return expectations_mod.Verdict(
+            status, "fail", None, "conformance harness error (not the exporter's): fix the harness"
+        )
+    return expectations_mod.judge(entries, facts, status, outcome.get("stage"), signature)
 
 
 def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:

@@ -70,3 +70,31 @@ def keep_repro(scratch: Path, results_dir: Path, case_id: str, **fields: Any) ->
     shutil.move(str(scratch), str(target))
     update_meta(target, **fields)
     return relative.as_posix()
+
+
+def judge_replay(case, outcome: dict[str, Any], results_dir: Path | None = None):
+    """The expectations' verdict on a replayed case, as a run would give it: an expected
+    failure is ``xfail`` with the entry's reason, a pass an entry expects to fail is ``xpass``.
+
+    The sample's facts (what ``match`` tables look at) come from the outcome, else from the
+    case's row in ``results_dir``, else only the id's fields are matched."""
+    from types import SimpleNamespace
+
+    from conformance import expectations
+    from conformance.case import row_facts
+    from conformance.plugin import EXPECTATIONS_DIR, expectations_file, judge_outcome
+    from conformance.runner import signature_of
+
+    sample = (outcome.get("extra") or {}).get("sample") or getattr(case, "sample_facts", None)
+    if sample is None and results_dir is not None and Path(results_dir).is_dir():
+        from reports.rows import read_rows
+
+        rows = [row for row in read_rows([results_dir]) if row.id == case.id]
+        sample = rows[-1].extra.get("sample") if rows else None
+    kind = "model" if case.id.startswith("model::") else "op"
+    options = SimpleNamespace(expectations_dir=EXPECTATIONS_DIR)
+    entries = expectations.load_expectations(expectations_file(options, kind, case.exporter))
+    facts = row_facts(case.id, sample) if kind == "op" else case.facts()
+    if outcome.get("error") and not outcome.get("error_signature"):
+        outcome = {**outcome, "error_signature": signature_of(outcome["error"])}
+    return judge_outcome(entries, facts, outcome["status"], outcome)

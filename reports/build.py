@@ -12,8 +12,9 @@ from reports.charts import chart_paths, draw, planned_charts
 from reports.expectation_links import ExpectationLinks
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
-from reports.rows import CaseResult, RowsRead, report_invalid, scan_rows
+from reports.rows import CaseResult, RowsRead, read_rows, report_invalid, scan_rows
 from reports.summary_md import summary_markdown
+from reports.tolerances import report_link
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -28,11 +29,14 @@ def render_markdown(
 ) -> dict[str, str]:
     """The markdown reports, keyed by file name. No matplotlib; the disk only through
     ``links`` (the expectation entries behind xfails, linked relative to ``out_dir``)."""
-    return {
+    reports = {
         "summary.md": summary_markdown(rows, completeness, runs, missing),
         "ops.md": ops_markdown(rows, links, out_dir),
         "models.md": models_markdown(rows, links, out_dir),
     }
+    # Every report says where the bounds its pass and fail verdicts used are listed.
+    footer = f"Tolerances of every comparison: {report_link(out_dir)}.\n"
+    return {name: content.rstrip("\n") + "\n\n" + footer for name, content in reports.items()}
 
 
 def build_reports(
@@ -69,20 +73,41 @@ def build_reports(
 
 
 def build_from_paths(
-    results: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, charts: bool = True
+    results: Iterable[str | os.PathLike],
+    out_dir: str | os.PathLike | None,
+    *,
+    charts: bool = True,
+    html: str | os.PathLike | None = None,
+    baseline: Iterable[str | os.PathLike] | None = None,
+    history: str | os.PathLike | None = None,
 ) -> tuple[RowsRead, list[Path]]:
-    """Read rows from JSONL files or directories and build every report from them; each line
-    that is not a valid row is named on stderr and left out."""
+    """Read rows from JSONL files or directories and build every report from them: the
+    markdown reports into ``out_dir`` (when given), the dashboard into ``html`` (when given, with
+    ``baseline`` rows for its diff view and an earlier ``history.jsonl``). Each line that is
+    not a valid row is named on stderr and left out."""
     found = scan_rows(results)
     report_invalid(found.invalid)
-    written = build_reports(
-        found.rows,
-        out_dir,
-        charts=charts,
-        missing=found.missing,
-        completeness=found.completeness(),
-        runs=found.runs,
-    )
+    written = []
+    if out_dir is not None:
+        written += build_reports(
+            found.rows,
+            out_dir,
+            charts=charts,
+            missing=found.missing,
+            completeness=found.completeness(),
+            runs=found.runs,
+        )
+    if html is not None:
+        from reports.html import build_site
+
+        written += build_site(
+            found.rows,
+            html,
+            baseline=read_rows(baseline) if baseline is not None else None,
+            history=history,
+            runs=found.runs,
+            completeness=found.completeness(),
+        )
     return found, written
 
 

@@ -2,8 +2,9 @@
 
 - ``failures_by_stage``: per family, how many cases that ran did not pass, split by the stage
   they stopped at (unexpected solid, xfail hatched): where the work is.
-- ``error_vs_tolerance``: for cases that failed at compare or second shape, the observed max
-  relative error against the tolerance it had to meet: near misses versus wrong answers.
+- ``error_vs_tolerance``: for cases that failed at compare or second shape, the observed error
+  against the bound that failed it (max abs error against atol where atol decided, max relative
+  error against rtol otherwise): near misses versus wrong answers, each point numbered and named.
 - ``model_timings``: per model, export time and onnxruntime latency, ours beside torch.onnx
   where both ran.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,8 +27,12 @@ CHARTS_DIR = "charts"
 _STAGE_ORDER = (*STAGES, "unknown")
 #: Failing statuses drawn in the stage chart; an xpass has no failing stage.
 _FAILED = ("fail", "crash", "timeout", "xfail")
-#: Points named on the error-vs-tolerance chart: the worst misses.
-MAX_LABELLED_POINTS = 8
+#: Points named on the error-vs-tolerance chart (the worst misses), in a column beside it.
+MAX_LABELLED_POINTS = 24
+#: "worst: expected X" in a compare message: the element the failure was measured at.
+_WORST_EXPECTED = re.compile(
+    r"worst: expected (?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+)
 MAX_MODELS = 40
 
 
@@ -49,6 +55,12 @@ class ErrorPoint:
     status: str
     observed: float
     tolerance: float
+    #: Which bound failed: "atol" (observed is the max abs error) or "rtol" (max rel error).
+    bound: str = "rtol"
+
+    @property
+    def times_over(self) -> float:
+        return self.observed / self.tolerance
 
 
 @dataclasses.dataclass
@@ -83,17 +95,51 @@ def stage_counts(rows: Sequence[CaseResult], kind: str) -> StageCounts | None:
 
 
 def error_points(rows: Sequence[CaseResult]) -> list[ErrorPoint]:
-    """Compare and second-shape failures (expected or not) that recorded both numbers."""
+    """Compare and second-shape failures (expected or not) that recorded their errors, each
+    against the bound that failed it (``deciding_bound``)."""
     points = []
     for row in rows:
         if is_pass(row) or row.stage not in ("compare", "second-shape"):
             continue
-        if row.status not in _FAILED or row.max_rel is None or not row.rtol:
+        if row.status not in _FAILED:
             continue
-        if not (math.isfinite(row.max_rel) and row.max_rel > 0):
+        decided = deciding_bound(row)
+        if decided is None:
             continue
-        points.append(ErrorPoint(row.id, row.subject, row.status, row.max_rel, row.rtol))
+        bound, observed, tolerance = decided
+        points.append(ErrorPoint(row.id, row.subject, row.status, observed, tolerance, bound))
     return points
+
+
+def _positive(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def deciding_bound(row: CaseResult) -> tuple[str, float, float] | None:
+    """("atol", max abs error, atol) when atol decided the failure, ("rtol", max rel error,
+    rtol) otherwise; None when the row lacks the numbers.
+
+    An element fails when ``|got - expected| > atol + rtol * |expected|``: atol decided where
+    ``atol >= rtol * |expected|`` at the worst element (its expected value is in the message).
+    Without it, the bound with the smaller excess is taken: the larger term of the sum is the
+    one the error was measured against, so the smaller ratio is the truer "times over".
+    """
+    has_abs = _positive(row.max_abs) and _positive(row.atol)
+    has_rel = _positive(row.max_rel) and _positive(row.rtol)
+    if not (has_abs or has_rel):
+        return None
+    if has_abs and has_rel:
+        match = _WORST_EXPECTED.search(row.error or "")
+        magnitude = abs(float(match.group("value"))) if match else None
+        if magnitude is not None and math.isfinite(magnitude):
+            atol_decided = row.atol >= row.rtol * magnitude
+        else:
+            atol_decided = row.max_abs / row.atol <= row.max_rel / row.rtol
+    else:
+        atol_decided = has_abs
+    if atol_decided:
+        return "atol", row.max_abs, row.atol
+    return "rtol", row.max_rel, row.rtol
 
 
 def model_times(rows: Sequence[CaseResult]) -> ModelTimes | None:
@@ -139,7 +185,7 @@ def planned_charts(rows: Sequence[CaseResult]) -> list[Chart]:
         charts.append(
             Chart(
                 f"{CHARTS_DIR}/error_vs_tolerance.png",
-                "Compare failures: observed error against tolerance",
+                "Compare failures: observed error against the bound that failed",
                 points,
             )
         )
@@ -175,9 +221,11 @@ def draw(chart: Chart, path: str | Path) -> Path:
     elif isinstance(data, ModelTimes):
         size = (11.0, 1.8 + 0.32 * len(data.models) * max(1, len(data.exporters)))
     else:
-        size = (8.0, 6.0)
-    # A bare Figure with the Agg canvas leaves pyplot's global backend alone.
-    figure = Figure(figsize=size, layout="constrained")
+        size = (12.0, 6.5)
+    # A bare Figure with the Agg canvas leaves pyplot's global backend alone. The error chart
+    # places its label column itself, outside what a constrained layout would track.
+    layout = None if isinstance(data, list) else "constrained"
+    figure = Figure(figsize=size, layout=layout)
     FigureCanvasAgg(figure)
     if isinstance(data, StageCounts):
         _draw_stage_counts(figure, chart.title, data)
@@ -242,36 +290,90 @@ def _stage_colours() -> dict[str, str]:
 
 
 def _draw_error_points(figure, title: str, points: list[ErrorPoint]) -> None:
+    """Observed error against the bound that failed, on one log-log plane (both are "error
+    against its allowance"): filled markers where rtol decided, hollow where atol did. The
+    worst ``MAX_LABELLED_POINTS`` are numbered, and named in a column right of the plot, in
+    the order of their height, one line each, so no two labels ever overlap."""
     axes = figure.add_subplot()
-    for status, marker, colour in (("fail", "o", "#c44e52"), ("xfail", "x", "#7f7f7f")):
-        chosen = [p for p in points if (p.status == "xfail") == (status == "xfail")]
+    figure.subplots_adjust(left=0.08, right=0.5, top=0.9, bottom=0.1)
+    styles = {
+        ("fail", "rtol"): dict(marker="o", color="#c44e52"),
+        ("fail", "atol"): dict(marker="o", facecolors="none", edgecolors="#c44e52"),
+        ("xfail", "rtol"): dict(marker="s", color="#7f7f7f"),
+        ("xfail", "atol"): dict(marker="s", facecolors="none", edgecolors="#7f7f7f"),
+    }
+    for (status, bound), style in styles.items():
+        chosen = [p for p in points if ("xfail" if p.status == "xfail" else "fail") == status]
+        chosen = [p for p in chosen if p.bound == bound]
         if chosen:
+            name = "unexpected" if status == "fail" else "xfail"
+            what = "abs error vs atol" if bound == "atol" else "rel error vs rtol"
             axes.scatter(
                 [p.tolerance for p in chosen],
                 [p.observed for p in chosen],
-                marker=marker,
-                color=colour,
-                label=f"{'unexpected' if status == 'fail' else 'xfail'} ({len(chosen)})",
-                s=22,
+                s=24,
+                label=f"{name}, {what} ({len(chosen)})",
+                **style,
             )
     low = min(min(p.tolerance for p in points), min(p.observed for p in points)) / 3
     high = max(max(p.tolerance for p in points), max(p.observed for p in points)) * 3
     axes.plot([low, high], [low, high], color="black", linewidth=0.8, linestyle="--")
-    axes.text(high / 1.5, high / 1.2, "observed = tolerance", ha="right", va="top", fontsize=8)
+    axes.text(high / 1.5, high / 1.2, "error = bound", ha="right", va="top", fontsize=8)
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlim(low, high)
     axes.set_ylim(low, high)
-    worst = sorted(points, key=lambda p: -p.observed / p.tolerance)[:MAX_LABELLED_POINTS]
-    for point in worst:
-        axes.annotate(
-            point.subject, (point.tolerance, point.observed), fontsize=7,
-            xytext=(4, 2), textcoords="offset points",
+    worst = sorted(points, key=lambda p: (-p.times_over, p.id))[:MAX_LABELLED_POINTS]
+    slots = len(worst)
+    # Points drawn on the same spot share one number label ("1-4"), so numbers never overlap.
+    spots = group_by(
+        range(len(worst)),
+        lambda i: (f"{worst[i].tolerance:.2e}", f"{worst[i].observed:.2e}", worst[i].bound),
+    )
+    renderer = figure.canvas.get_renderer()
+    placed = []
+    for numbers in spots.values():
+        point = worst[numbers[0]]
+        first, last = numbers[0] + 1, numbers[-1] + 1
+        label = axes.annotate(
+            f"{first}" if first == last else f"{first}-{last}" if len(numbers) == last - first + 1
+            else ",".join(str(n + 1) for n in numbers),
+            (point.tolerance, point.observed), fontsize=7, xytext=(4, 3),
+            textcoords="offset points", gid="point-number",
         )  # fmt: skip
-    axes.set_xlabel("relative tolerance (rtol) the case had to meet")
-    axes.set_ylabel("observed max relative error")
-    axes.set_title(f"{title} ({len(points)} case{'s' if len(points) != 1 else ''})")
-    axes.legend(loc="lower right", fontsize=8)
+        box = label.get_window_extent(renderer)
+        if any(box.overlaps(other) for other in placed):
+            label.remove()  # a crowded spot: its leader line from the name column marks it
+        else:
+            placed.append(box)
+    for rank, point in enumerate(sorted(worst, key=lambda p: (-p.observed, p.id))):
+        number = worst.index(point) + 1
+        case = point.id.split("::", 1)[-1]
+        axes.annotate(
+            f"{number}. {case}: {point.times_over:.3g}× {point.bound}",
+            (point.tolerance, point.observed),
+            xytext=(1.04, 1 - (rank + 0.5) / max(slots, 12)),
+            textcoords="axes fraction",
+            fontsize=7,
+            va="center",
+            annotation_clip=False,
+            arrowprops=dict(arrowstyle="-", color="#bbbbbb", linewidth=0.5),
+            gid="point-name",
+        )
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    for axis in (axes.xaxis, axes.yaxis):
+        # Decade ticks only: labelled minor ticks collide on a log axis.
+        axis.set_major_locator(LogLocator(base=10))
+        axis.set_minor_formatter(NullFormatter())
+    unlabelled = len(points) - slots
+    axes.set_xlabel("the bound that failed: atol (hollow) or rtol (filled)")
+    axes.set_ylabel("observed max abs error (hollow) or max relative error (filled)")
+    count = f"{len(points)} case{'s' if len(points) != 1 else ''}"
+    if unlabelled > 0:
+        count += f", the {slots} worst numbered"
+    axes.set_title(f"{title} ({count})", fontsize=10)
+    axes.legend(loc="lower right", fontsize=7)
     axes.grid(alpha=0.3, which="both")
 
 

@@ -19,8 +19,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from reports.markdown import text
+from reports.markdown import code, text
 from reports.rows import CaseResult
+from reports.tally import example_message
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parent.parent / "conformance" / "expectations"
 _ENTRY_HEADER = re.compile(r"^\s*\[\[expectation\]\]\s*(#.*)?$")
@@ -104,7 +105,9 @@ def xfail_reason_cells(
         by_reason.setdefault(row.expectation or "", []).append(row)
     reasons, entries = [], []
     for reason, rows in list(by_reason.items())[:MAX_REASONS]:
-        reasons.append(f"{text(reason or '(no reason recorded)')} ×{len(rows)}")
+        example = example_message(rows[0])
+        shown = f" (e.g. {code(example)})" if example and example != reason else ""
+        reasons.append(f"{text(reason or '(no reason recorded)')} ×{len(rows)}{shown}")
         entries.append(links.markdown_link(rows[0], out_dir) if links is not None else "")
     if len(by_reason) > MAX_REASONS:
         reasons.append(f"… {len(by_reason) - MAX_REASONS} more reasons")

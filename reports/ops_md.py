@@ -10,13 +10,16 @@ from reports.markdown import Table, code, details, document, heading, text
 from reports.rows import CaseResult
 from reports.tally import (
     PASSING_DEFINITION,
+    cell_fraction,
     combo_label,
     combo_sort_key,
-    fraction,
+    example_message,
+    example_of,
     fraction_with_percent,
     group_by,
     is_unexpected,
     pass_count,
+    ran,
     stage_breakdown,
     subject_verdict,
     subjects_passing,
@@ -50,7 +53,7 @@ class _Columns:
 
     def cells(self, op_rows: Sequence[CaseResult]) -> list[str]:
         by_combo = group_by(op_rows, self.combo_of)
-        return [fraction(*pass_count(by_combo[c])) if c in by_combo else "" for c in self.combos]
+        return [cell_fraction(by_combo[c]) if c in by_combo else "" for c in self.combos]
 
 
 def _table(
@@ -84,10 +87,11 @@ def _by_family(ops: dict[str, list[CaseResult]], render: Callable[[dict], Table]
 
 def _failure_cells(group: list[CaseResult]) -> list[str]:
     top = top_signature(group)
+    example = example_of(ran(group), top[0]) if top else None
     unexpected = sorted(row.id for row in group if is_unexpected(row))
     return [
         stage_breakdown(group),
-        f"{code(top[0])} ×{top[1]}" if top else "",
+        f"{code(example_message(example) or top[0])} ×{top[1]}" if top and example else "",
         code(unexpected[0]) + (f" (+{len(unexpected) - 1})" if len(unexpected) > 1 else "")
         if unexpected
         else "",
@@ -115,7 +119,9 @@ def ops_markdown(
     intro = (
         f"{len(ops)} ops, {len(op_rows)} cases; {passing} of the {judged} ops with a case that "
         f"ran pass. {PASSING_DEFINITION} Each cell is passed/total cases for one "
-        "dtype × shapes × provider × exporter (a skip is in no denominator); `all` sums the row."
+        "dtype × shapes × provider × exporter (a skip is in no denominator: `+N skip` beside it, "
+        "`skip×N` where none ran, e.g. a dynamic column whose sample has no dim to vary); `all` "
+        "sums the row."
     )
 
     def section(verdict: str) -> dict[str, list[CaseResult]]:
@@ -130,7 +136,7 @@ def ops_markdown(
             lambda part: _table(
                 part,
                 columns,
-                ["failing stages", "top error signature", "unexpected case"],
+                ["failing stages", "top error (an example, as raised)", "unexpected case"],
                 _failure_cells,
             ),
         )  # fmt: skip

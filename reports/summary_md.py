@@ -15,6 +15,7 @@ from reports.signatures import error_headline
 from reports.tally import (
     PASSING_DEFINITION,
     count_list,
+    example_message,
     fraction_with_percent,
     group_by,
     is_pass,
@@ -171,7 +172,12 @@ def headline(rows: Sequence[CaseResult]) -> str:
         if kind_rows:
             subjects = len({row.subject for row in kind_rows})
             kinds.append(f"{len(kind_rows)} {kind} cases over {subjects} {noun}")
-    return line + ("\n\n" + " · ".join(kinds) + "." if kinds else "")
+    skips = skip_headline(rows)
+    return (
+        line
+        + ("\n\n" + " · ".join(kinds) + "." if kinds else "")
+        + ("\n\n" + skips if skips else "")
+    )
 
 
 def links(rows: Sequence[CaseResult]) -> str:
@@ -304,15 +310,17 @@ def signature_section(rows: Sequence[CaseResult]) -> str:
     ranked = signature_counts(rows)
     if not ranked:
         return "No failing case recorded an error."
-    table = Table(["count", "exporter", "stage", "statuses", "signature", "example"])
+    table = Table(["count", "exporter", "stage", "statuses", "signature", "example", "its message"])
     for (exporter, stage, signature), group in ranked[:MAX_SIGNATURES]:
+        example = min(group, key=lambda row: row.id)
         table.add(
             str(len(group)),
             text(exporter),
             text(stage),
             count_list(status_counts(group), "status"),
             code(signature),
-            code(min(row.id for row in group)),
+            code(example.id),
+            code(example_message(example)),
         )
     more = len(ranked) - MAX_SIGNATURES
     note = f"… and {more} rarer signatures." if more > 0 else None
@@ -323,17 +331,65 @@ def skip_section(rows: Sequence[CaseResult]) -> str:
     skipped = [row for row in rows if row.status == "skip"]
     if not skipped:
         return "No case was skipped."
-    table = Table(["count", "reason", "example"])
-    by_reason = group_by(skipped, signature_of)
-    for reason, group in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+    table = Table(["count", "reason", "example", "its message"])
+    for reason, group in skip_reasons(skipped):
+        example = min(group, key=lambda row: row.id)
         table.add(
-            str(len(group)), code(reason or "(no reason recorded)"), code(min(r.id for r in group))
+            str(len(group)),
+            code(reason or "(no reason recorded)"),
+            code(example.id),
+            code(example_message(example)),
         )
     intro = (
         f"{len(skipped)} cases did not run (eager rejects the sample, or no dim can be made "
         "dynamic); they are in no pass rate and no signature count above."
     )
     return document(intro, table.render()).rstrip("\n")
+
+
+def skip_reasons(skipped: Sequence[CaseResult]) -> list[tuple[str, list[CaseResult]]]:
+    """Skipped rows grouped by their (masked) reason, most frequent first."""
+    by_reason = group_by(skipped, signature_of)
+    return sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+#: How many skip reasons the headline names.
+HEADLINE_SKIP_REASONS = 3
+
+
+def skip_headline(rows: Sequence[CaseResult]) -> str | None:
+    """Why cases were skipped (the top reasons with counts) and for how many ops dynamic shapes
+    were tested at all: a dynamic case whose sample has no dim to vary is skipped."""
+    skipped = [row for row in rows if row.status == "skip"]
+    if not skipped:
+        return None
+    ranked = skip_reasons(skipped)
+    reasons = "; ".join(
+        f"{len(group)} {code(reason or '(no reason recorded)')}"
+        for reason, group in ranked[:HEADLINE_SKIP_REASONS]
+    )
+    more = len(ranked) - HEADLINE_SKIP_REASONS
+    line = f"**{len(skipped)} skipped**: {reasons}" + (
+        f"; {more} other reasons (see Skipped cases)." if more > 0 else "."
+    )
+    dynamic = group_by((r for r in rows if r.kind == "op" and r.shapes == "dynamic"), _subject)
+    if dynamic:
+        tested = sum(1 for group in dynamic.values() if ran(group))
+        untested = len(dynamic) - tested
+        line += (
+            f" Dynamic shapes were tested for {tested} of the {len(dynamic)} ops with dynamic "
+            + (
+                f"cases; for the other {untested} every dynamic case was skipped "
+                "(`skip×N` in their dynamic column of [ops.md](ops.md))."
+                if untested
+                else "cases."
+            )
+        )
+    return line
+
+
+def _subject(row: CaseResult) -> str:
+    return row.subject
 
 
 def ops_headline(rows: Sequence[CaseResult]) -> str:

@@ -150,6 +150,30 @@ def signature_of(row: CaseResult) -> str:
     return ""
 
 
+def example_message(row: CaseResult) -> str:
+    """The row's message as a reader needs it: its headline line exactly as raised (numbers,
+    names and paths kept). Signatures group by masked text; an example is never masked."""
+    from reports.signatures import error_headline
+
+    return error_headline(row.error) or row.error_signature or ""
+
+
+def example_of(rows: Iterable[CaseResult], signature: str) -> CaseResult | None:
+    """The first row (by id) whose signature is ``signature``: the example shown beside it."""
+    matching = [row for row in rows if signature_of(row) == signature]
+    return min(matching, key=lambda row: row.id) if matching else None
+
+
+def cell_fraction(rows: Sequence[CaseResult]) -> str:
+    """``passed/ran`` for a table cell, saying ``skip×N`` where no case ran (0/0 would read as
+    a failure) and ``+N skip`` beside the fraction where some were skipped."""
+    passed, counted = pass_count(rows)
+    skipped = len(rows) - counted
+    if not counted:
+        return f"skip×{skipped}"
+    return fraction(passed, counted) + (f" +{skipped} skip" if skipped else "")
+
+
 def top_signature(rows: Iterable[CaseResult]) -> tuple[str, int] | None:
     """The most frequent error signature of the rows that ran and did not pass (skips are
     counted apart: they say nothing about an exporter)."""

@@ -115,7 +115,7 @@ def write_report(
         "Errors": lambda: _errors_section(record, error),
         "Unsupported ops": lambda: _unsupported(record),
         "Exported program": lambda: _exported_program(record, program),
-        "Dynamic dims": lambda: _dims_audit(record),
+        "Dynamic dims": lambda: _dims_audit(record, error),
         "Graph summary": lambda: _graph_summary(record, program),
         "ONNX graph": lambda: _graph_text(record, program),
         "Accuracy": lambda: _accuracy(record, error),
@@ -128,11 +128,32 @@ def write_report(
     return path
 
 
-def _dims_audit(record: ExportRecord) -> str:
+def _dims_audit(record: ExportRecord, error: BaseException | None = None) -> str:
     from exporter._dynamic_shapes import specialized_dims_table
 
     table = specialized_dims_table(getattr(record, "dim_audit", []))
-    return table or "_No dim was declared dynamic, and no guard held one._"
+    if table:
+        return table
+    if record.status.get("capture") != "failed":
+        return "_No dim was declared dynamic, and no guard held one._"
+    # Capture failed: there is no captured program to audit, but its error may name the dims
+    # a guard held; the section says what the error says, never that nothing held.
+    messages = [str(error)] if error is not None else []
+    messages += [str(entry.get("message", "")) for entry in record.errors]
+    named = list(
+        dict.fromkeys(
+            line.strip()
+            for message in messages
+            for line in message.splitlines()
+            if " dim " in line and ("guard" in line or "static" in line or "constant" in line)
+        )
+    )
+    if named:
+        return (
+            "_Capture failed, so no captured program was audited; its error names these dims:_\n\n"
+            + _fence("\n".join(named), "text")
+        )
+    return "_Capture failed before any dim could be audited: see Errors above._"
 
 
 def _section(title: str | None, render: Callable[[], str]) -> str:

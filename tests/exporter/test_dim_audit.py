@@ -137,3 +137,27 @@ def test_report_has_the_dims_table(tmp_path):
 def test_nothing_declared_nothing_audited(shapes):
     program, held = _export(AddRow(), (torch.rand(2, 4),), shapes)
     assert program.record.dim_audit == [] and held == []
+
+
+class GuardOnTwo(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 2:
+            return x + 1
+        return x - 1
+
+
+def test_failed_capture_report_names_the_guard_its_error_names(tmp_path):
+    # Dim.DYNAMIC must stay dynamic, so the guard fails the capture instead of warning; the
+    # report's dims section repeats what the error says instead of "no guard held one".
+    with pytest.raises(exporter.CaptureError, match=r"by the guard x\.shape\[0\] == 2"):
+        exporter.export(
+            GuardOnTwo().eval(),
+            (torch.rand(2, 3),),
+            dynamic_shapes=({0: Dim.DYNAMIC},),
+            report=True,
+            artifacts_dir=tmp_path,
+        )
+    (report,) = tmp_path.glob("*_capture.md")
+    section = report.read_text().split("## Dynamic dims", 1)[1].split("\n## ", 1)[0]
+    assert "no guard held one" not in section
+    assert "x dim 0 (size 2), by the guard x.shape[0] == 2" in section
