@@ -17,6 +17,11 @@
 ``python -m conformance repro CASE_ID [--results DIR]``
     Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
     inputs, expected outputs, repro.py), whatever the case's outcome.
+
+``python -m conformance placement MODEL.onnx [--provider cuda] [--json]``
+    Predicts which nodes onnxruntime's CUDA provider leaves to CPU and the Memcpy nodes the
+    session adds, on any machine (``conformance/placement.py``). Last line:
+    ``N nodes, K on CPU, M Memcpy``.
 """
 
 from __future__ import annotations
@@ -48,7 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(rest)
     if command == "repro":
         return repro(rest)
-    print(f"unknown command {command!r}; use 'run' or 'repro' (see --help)", file=sys.stderr)
+    if command == "placement":
+        from conformance import placement
+
+        return placement.main(rest)
+    print(
+        f"unknown command {command!r}; use 'run', 'repro' or 'placement' (see --help)",
+        file=sys.stderr,
+    )
     return 2
 
 
