@@ -46,6 +46,7 @@ import heapq
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,11 +156,10 @@ class Prediction:
     provider: str
     nodes: list[NodePlacement] = field(default_factory=list)
     copies: list[Copy] = field(default_factory=list)
+    inlined: list[str] = field(default_factory=list)  # function ops expanded first
 
     @property
     def cpu_nodes(self) -> list[NodePlacement]:
-        if self.provider == "cpu":
-            return [n for n in self.nodes if n.reason]
         return [n for n in self.nodes if n.device == "cpu"]
 
     def summary(self) -> str:
@@ -172,7 +172,11 @@ class Prediction:
             "graph optimizations off (ORT_DISABLE_ALL)",
             f"kernel table: {table['sources'][PROVIDERS[self.provider]]}",
         ]
-        out += [f"CPU     {n.label}: {n.reason}" for n in self.cpu_nodes]
+        out += [
+            f"inlined {name}: no provider has a kernel, the op is an ONNX function"
+            for name in self.inlined
+        ]
+        out += [f"CPU     {n.label}: {n.reason}" for n in self.cpu_nodes if n.reason]
         for c in self.copies:
             where = f" (in {c.graph})" if c.graph else ""
             out.append(f"{c.kind:<15} {c.value}{where}")
@@ -186,16 +190,17 @@ class Prediction:
             "nodes": len(self.nodes),
             "on_cpu": len(self.cpu_nodes),
             "memcpy": len(self.copies),
-            "cpu_nodes": [f"{n.label}: {n.reason}" for n in self.cpu_nodes],
+            "cpu_nodes": [f"{n.label}: {n.reason}" for n in self.cpu_nodes if n.reason],
             "copies": [f"{c.kind} {c.value}" for c in self.copies],
+            "inlined": self.inlined,
         }
 
     def markdown(self) -> str:
         """The "CUDA placement" section body of a report."""
         lines = [f"**{self.summary()}** (predicted; {self.lines()[0]})", ""]
-        if self.cpu_nodes:
+        if any(n.reason for n in self.cpu_nodes):
             lines += ["| node | placed on CPU because |", "|---|---|"]
-            lines += [f"| `{n.label}` | {n.reason} |" for n in self.cpu_nodes]
+            lines += [f"| `{n.label}` | {n.reason} |" for n in self.cpu_nodes if n.reason]
             lines.append("")
         if self.copies:
             lines.append("Copies: " + ", ".join(f"{c.kind} `{c.value}`" for c in self.copies) + ".")
@@ -409,7 +414,7 @@ class _Predictor:
             if p.device == "cpu":
                 cpu_kernel, cpu_reason = lookup("cpu", node, schema, scope.types)
                 if cpu_kernel is None:
-                    note = f"no CPU kernel either, the session fails to load: {cpu_reason}"
+                    note = _no_cpu_kernel(node, schema, scope.types, cpu_reason)
                     p.reason = f"{p.reason}; {note}" if p.reason else note
             placements.append(p)
         if self.provider == "cuda":
@@ -530,12 +535,128 @@ def load(path: str | Path) -> onnx.ModelProto:
         ) from exc
 
 
+def _no_cpu_kernel(node, schema, types: dict[str, str], reason: str | None) -> str:
+    """What onnxruntime does with a node that the CPU provider has no kernel for either."""
+    if reason and reason.startswith("type") and "float16)" in reason:
+        as_float = {k: ("tensor(float)" if v == "tensor(float16)" else v) for k, v in types.items()}
+        if lookup("cpu", node, schema, as_float)[0] is not None:
+            return "computed in float32 between Casts on CPU (InsertCastTransformer)"
+    return f"no CPU kernel either, the session fails to load: {reason}"
+
+
+_ELEM = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
+
+
+def _type_proto(text: str | None) -> onnx.TypeProto:
+    if text and text.startswith("tensor(") and (elem := _ELEM.get(text[7:-1])) is not None:
+        return onnx.helper.make_tensor_type_proto(elem, None)
+    return onnx.TypeProto()
+
+
+def _function_body(node: onnx.NodeProto, schema, opset: int, types) -> onnx.FunctionProto | None:
+    """The ONNX function that defines ``node``'s op (what onnxruntime inlines), or None."""
+
+    def version(versions) -> int:  # the body's opset: the newest one not above the model's
+        return max((v for v in versions if v <= opset), default=opset)
+
+    try:
+        if schema.has_function:
+            data = schema.get_function_with_opset_version(version(schema.function_opset_versions))
+            return onnx.FunctionProto.FromString(data) if data else schema.function_body
+        if schema.has_context_dependent_function:
+            inputs = [_type_proto(types.get(name)).SerializeToString() for name in node.input]
+            data = schema.get_context_dependent_function_with_opset_version(
+                version(schema.context_dependent_function_opset_versions),
+                node.SerializeToString(),
+                inputs,
+            )
+            return onnx.FunctionProto.FromString(data) if data else None
+    except Exception:  # noqa: BLE001 - no body to inline: the node stays as it is
+        return None
+    return None
+
+
+def _inline(node: onnx.NodeProto, body: onnx.FunctionProto, tag: str) -> list[onnx.NodeProto]:
+    """``body``'s nodes wired to ``node``'s inputs and outputs, its attribute references
+    resolved, its inner values and node names made unique with ``tag``."""
+    rename = {f: (node.input[i] if i < len(node.input) else "") for i, f in enumerate(body.input)}
+    rename |= {
+        f: (node.output[i] if i < len(node.output) else "") for i, f in enumerate(body.output)
+    }
+    given = {a.name: a for a in node.attribute}
+    defaults = {a.name: a for a in body.attribute_proto}
+    nodes = []
+    for k, inner in enumerate(body.node):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{tag}/{inner.name or inner.op_type + str(k)}"
+        for names in (copy.input, copy.output):
+            for i, name in enumerate(names):
+                names[i] = rename.get(name, f"{tag}/{name}" if name else "")
+        attributes = []
+        for attr in copy.attribute:
+            if attr.ref_attr_name:
+                source = given.get(attr.ref_attr_name) or defaults.get(attr.ref_attr_name)
+                if source is None:
+                    continue
+                resolved = onnx.AttributeProto()
+                resolved.CopyFrom(source)
+                resolved.name = attr.name
+                attributes.append(resolved)
+            else:
+                attributes.append(attr)
+        del copy.attribute[:]
+        copy.attribute.extend(attributes)
+        nodes.append(copy)
+    return nodes
+
+
+def _inline_unplaceable(model: onnx.ModelProto, provider: str) -> tuple[onnx.ModelProto, list[str]]:
+    """onnxruntime's partitioner inlines a node that no provider has a kernel for when its op
+    is an ONNX function (Mish, Softmax on float16 for CPU...), then places the body's nodes.
+    Done on the main graph, one level deep: onnxruntime 1.31.1 placed a Softplus from an inlined
+    Mish body on CPU (float16, between Casts) rather than inlining it in turn (the GPU check's
+    dry run shows it). Returns the model and what was inlined."""
+    predictor = _Predictor(model, provider)
+    inlined: list[str] = []
+    for _ in range(1):
+        model = _with_types(model)
+        types = _value_types(model.graph, {})
+        out, changed = [], False
+        for k, node in enumerate(model.graph.node):
+            schema = predictor.schema(node)
+            if _is_constant_node(node) or schema is None:
+                out.append(node)
+                continue
+            claimed = lookup("cpu", node, schema, types)[0] is not None or (
+                provider == "cuda" and lookup("cuda", node, schema, types)[0] is not None
+            )
+            opset = predictor.opsets.get("" if node.domain == "ai.onnx" else node.domain, 0)
+            body = None if claimed else _function_body(node, schema, opset, types)
+            if body is None or not body.node:
+                out.append(node)
+                continue
+            tag = node.name or f"{node.op_type}{k}"
+            out += _inline(node, body, tag)
+            inlined.append(f"{tag} ({node.op_type}-{schema.since_version})")
+            changed = True
+        if not changed:
+            break
+        del model.graph.node[:]
+        model.graph.node.extend(out)
+    return model, inlined
+
+
 def predict(model: onnx.ModelProto | str | Path, provider: str = "cuda") -> Prediction:
     """Where onnxruntime (the pinned version, ORT_DISABLE_ALL) places each node of ``model`` when
     the session's providers are ``provider`` (then CPU), and the Memcpy nodes it adds."""
     if not isinstance(model, onnx.ModelProto):
         model = load(model)
+    else:
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+    model, inlined = _inline_unplaceable(model, provider)
     predictor = _Predictor(model, provider)
+    predictor.prediction.inlined = inlined
     model = _with_types(model)
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
@@ -555,6 +676,80 @@ def has_kernel(
             if dtype is None or not types or dtype in next(iter(types.values())):
                 return True
     return False
+
+
+#: Session config entry that makes onnxruntime keep each provider's nodes (1.31: PR #26781).
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
+
+def assignment(session) -> dict[str, list[list[str]]]:
+    """onnxruntime's real placement of a session created with ``RECORD_ASSIGNMENT`` set:
+    provider -> [[node name, op type], ...]."""
+    placed: dict[str, list[list[str]]] = {}
+    for subgraph in session.get_provider_graph_assignment_info():
+        nodes = placed.setdefault(subgraph.ep_name, [])
+        nodes += [[n.name, n.op_type] for n in subgraph.get_nodes()]
+    return placed
+
+
+def observe_in_process(model: str, provider: str) -> dict:
+    """Create a session for ``model`` on ``provider`` (graph optimizations off, warnings
+    logged, so onnxruntime's Memcpy count appears on stderr) and return its real placement."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 1
+    options.add_session_config_entry(RECORD_ASSIGNMENT, "1")
+    providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
+    session = ort.InferenceSession(model, options, providers=providers)
+    return {"providers": session.get_providers(), "nodes": assignment(session)}
+
+
+def differences(prediction: Prediction, placed: dict[str, list[list[str]]]) -> list[str]:
+    """Nodes of the main graph that onnxruntime put on CPU against the prediction, or the
+    other way round (by name and op type; Memcpy nodes left out)."""
+    real_cpu = Counter(
+        (name, op)
+        for name, op in placed.get("CPUExecutionProvider", [])
+        if not op.startswith("Memcpy")
+    )
+    predicted_cpu = Counter(
+        (n.name, n.op_type) for n in prediction.nodes if not n.graph and n.device == "cpu"
+    )
+    only_predicted, only_real = predicted_cpu - real_cpu, real_cpu - predicted_cpu
+    # Nodes onnxruntime named itself (inlined function bodies) match by op type alone.
+    by_op_predicted = Counter(op for (_, op), n in only_predicted.items() for _ in range(n))
+    by_op_real = Counter(op for (_, op), n in only_real.items() for _ in range(n))
+    return [
+        f"predicted on CPU, ran elsewhere: {op} x{n}"
+        for op, n in (by_op_predicted - by_op_real).items()
+    ] + [
+        f"ran on CPU, predicted elsewhere: {op} x{n}"
+        for op, n in (by_op_real - by_op_predicted).items()
+    ]
+
+
+def record(model: onnx.ModelProto | str | Path, provider: str, session=None) -> dict:
+    """The row record of a case: the prediction, and beside it the real placement when
+    ``session`` was created with ``RECORD_ASSIGNMENT``, with their differences."""
+    prediction = predict(model, provider)
+    out = {"predicted": prediction.to_dict()}
+    if session is None:
+        return out
+    try:
+        placed = assignment(session)
+    except Exception as exc:  # noqa: BLE001 - the case's run matters more than this record
+        out["real_error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    out["real_on_cpu"] = sum(
+        1 for _, op in placed.get("CPUExecutionProvider", []) if not op.startswith("Memcpy")
+    )
+    out["real_memcpy_listed"] = sum(
+        1 for nodes in placed.values() for _, op in nodes if op.startswith("Memcpy")
+    )
+    out["differences"] = differences(prediction, placed)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

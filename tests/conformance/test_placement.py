@@ -84,12 +84,13 @@ def test_version_without_cuda_kernel_goes_to_cpu_with_reason():
 
 
 def test_one_copy_per_value_not_per_edge():
-    # A CPU-only op (Mish has no CUDA kernel) between CUDA ops: its input is read by it alone,
-    # its output by three CUDA consumers: one MemcpyToHost, one MemcpyFromHost.
+    # A CPU-only op (Cosh: no CUDA kernel, and no ONNX function to inline) between CUDA ops:
+    # its input is read by it alone, its output by three CUDA consumers: one MemcpyToHost,
+    # one MemcpyFromHost.
     model = _model(
         [
             h.make_node("Relu", ["x"], ["a"], name="r"),
-            h.make_node("Mish", ["a"], ["b"], name="mish"),
+            h.make_node("Cosh", ["a"], ["b"], name="cosh"),
             h.make_node("Neg", ["b"], ["c1"], name="n1"),
             h.make_node("Abs", ["b"], ["c2"], name="n2"),
             h.make_node("Add", ["b", "c1"], ["c3"], name="n3"),
@@ -99,12 +100,40 @@ def test_one_copy_per_value_not_per_edge():
         [_y()],
     )
     prediction = placement.predict(model, "cuda")
-    assert _cpu(prediction)[("mish", "Mish")].startswith("no CUDAExecutionProvider kernel")
+    assert _cpu(prediction)[("cosh", "Cosh")].startswith("no CUDAExecutionProvider kernel")
     assert [(c.kind, c.value) for c in prediction.copies] == [
         ("MemcpyFromHost", "b"),
         ("MemcpyToHost", "a"),
     ]
     assert prediction.summary() == "6 nodes, 1 on CPU, 2 Memcpy"
+
+
+def test_function_op_without_kernels_is_inlined():
+    # Mish has a kernel on neither provider but is an ONNX function: onnxruntime inlines it
+    # (Softplus, Tanh, Mul) and places those, here all on CUDA.
+    model = _model(
+        [
+            h.make_node("Relu", ["x"], ["a"], name="r"),
+            h.make_node("Mish", ["a"], ["b"], name="mish"),
+            h.make_node("Neg", ["b"], ["y"], name="n"),
+        ],
+        [_x()],
+        [_y()],
+    )
+    prediction = placement.predict(model, "cuda")
+    assert prediction.inlined == ["mish (Mish-18)"]
+    assert sorted(n.op_type for n in prediction.nodes) == ["Mul", "Neg", "Relu", "Softplus", "Tanh"]
+    assert prediction.summary() == "5 nodes, 0 on CPU, 0 Memcpy"
+
+
+def test_float16_without_cpu_kernel_runs_in_float32_on_cpu():
+    # Cosh has no CUDA kernel and no float16 CPU kernel: onnxruntime computes it in float32
+    # between Casts on CPU (not a load failure).
+    model = _model(
+        [h.make_node("Cosh", ["x"], ["y"], name="cosh")], [_x(T.FLOAT16)], [_y(T.FLOAT16)]
+    )
+    reason = _cpu(placement.predict(model, "cuda"))[("cosh", "Cosh")]
+    assert "InsertCastTransformer" in reason
 
 
 def test_type_without_cuda_kernel():
@@ -123,12 +152,12 @@ def test_type_without_cuda_kernel():
 
 
 def test_initializer_on_both_sides_is_duplicated_not_copied():
-    # w feeds a CUDA Add and a CPU-only Mish: onnxruntime duplicates the initializer.
+    # w feeds a CUDA Add and a CPU-only Cosh: onnxruntime duplicates the initializer.
     w = h.make_tensor("w", T.FLOAT, [2, 3], [0.5] * 6)
     model = _model(
         [
             h.make_node("Add", ["x", "w"], ["a"], name="add"),
-            h.make_node("Mish", ["w"], ["b"], name="mish"),
+            h.make_node("Cosh", ["w"], ["b"], name="cosh"),
             h.make_node("Mul", ["a", "b"], ["y"], name="mul"),
         ],
         [_x()],
@@ -143,7 +172,7 @@ def test_graph_input_read_on_both_sides_gets_one_copy():
     model = _model(
         [
             h.make_node("Relu", ["x"], ["a"], name="relu"),
-            h.make_node("Mish", ["x"], ["b"], name="mish"),
+            h.make_node("Cosh", ["x"], ["b"], name="cosh"),
             h.make_node("Add", ["a", "b"], ["y"], name="add"),
         ],
         [_x()],
@@ -238,7 +267,7 @@ def test_attribute_refusals():
 
 def test_if_bodies_are_placed():
     then = h.make_graph(
-        [h.make_node("Mish", ["x"], ["t"], name="mish_in_then")], "then", [], [_y(name="t")]
+        [h.make_node("Cosh", ["x"], ["t"], name="cosh_in_then")], "then", [], [_y(name="t")]
     )
     other = h.make_graph(
         [h.make_node("Relu", ["x"], ["e"], name="relu_in_else")], "else", [], [_y(name="e")]
@@ -250,13 +279,13 @@ def test_if_bodies_are_placed():
     )
     prediction = placement.predict(model, "cuda")
     cpu = [n.label for n in prediction.cpu_nodes]
-    assert cpu == ["if/then_branch/mish_in_then (Mish-18)"]
+    assert cpu == ["if/then_branch/cosh_in_then (Cosh-9)"]
     assert prediction.summary() == "3 nodes, 1 on CPU, 0 Memcpy"
 
 
 def test_cpu_provider_places_everything_on_cpu():
     model = _model([h.make_node("Relu", ["x"], ["y"])], [_x()], [_y()])
-    assert placement.predict(model, "cpu").summary() == "1 nodes, 0 on CPU, 0 Memcpy"
+    assert placement.predict(model, "cpu").summary() == "1 nodes, 1 on CPU, 0 Memcpy"
 
 
 def test_cli_last_line_and_reasons(tmp_path, capsys):
@@ -330,3 +359,88 @@ def test_json_output(tmp_path, capsys):
     out = capsys.readouterr().out
     record = json.loads(out[: out.index("\n}") + 2])
     assert record["on_cpu"] == 0 and record["memcpy"] == 0
+
+
+# --------------------------------------------------------------------------- .ci/gpu_check.py
+
+
+def _gpu_check():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / ".ci" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pieces_split_receive_join_and_verify(tmp_path):
+    gpu_check = _gpu_check()
+    original = tmp_path / "wheel.whl"
+    original.write_bytes(bytes(range(256)) * 4000 + b"tail")  # 1,024,004 bytes
+    pieces = gpu_check.split(original, tmp_path / "pieces", 300_000)
+    assert [p.stat().st_size for p in pieces] == [300_000, 300_000, 300_000, 124_004]
+    store = tmp_path / "store"
+    gpu_check.receive(tmp_path / "pieces" / gpu_check.MANIFEST, store)
+    for piece in pieces[:-1]:
+        gpu_check.receive(piece, store)
+    with pytest.raises(SystemExit, match=r"not received yet: wheel\.whl\.part03"):
+        gpu_check.join(store)
+    gpu_check.receive(pieces[-1], store)
+    joined = gpu_check.join(store, tmp_path / "joined")
+    assert joined.read_bytes() == original.read_bytes()
+    # A damaged piece is named, and nothing is installed from it.
+    (store / pieces[1].name).write_bytes(b"x" * 300_000)
+    with pytest.raises(SystemExit, match=r"part01 is damaged"):
+        gpu_check.join(store)
+
+
+def test_slice_covers_every_op_family_opsets_and_dtypes(tmp_path):
+    from conformance.families import op_family
+
+    gpu_check = _gpu_check()
+    families = {op_family(op) for op in gpu_check.SLICE_OPS}
+    assert {"nn", "linalg", "fft", "special", "reduction", "matmul", "shape"} <= families
+    ops_run, models_run = gpu_check.slice_commands("cuda", tmp_path, dry_run=False)
+    for command in (ops_run, models_run):
+        assert command[command.index("--provider") + 1] == "cuda"
+        assert [command[i + 1] for i, a in enumerate(command) if a == "--opset"] == ["20", "23"]
+        assert [command[i + 1] for i, a in enumerate(command) if a == "--dtype"] == ["f32", "f16"]
+    assert models_run[models_run.index("--tier") + 1] == "default"
+
+
+def test_dry_run_end_to_end_on_cpu(tmp_path):
+    # Everything but the GPU: pieces of a fake file, the purpose-built models' predicted vs real
+    # placement on the CPU provider, a one-case harness slice, the report.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / ".ci" / "gpu_check.py"),
+            "run",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = (tmp_path / "dry-run.md").read_text()
+    assert "joined and verified" in report
+    probes = [
+        line for line in report.splitlines() if line.startswith("| ") and "_opset20.onnx" in line
+    ]
+    assert len(probes) == 4 and all(line.endswith("| none |") for line in probes), probes
+    assert "1 rows: 1 pass" in report
+    assert (
+        "| model::synthetic/mlp::f32::static::opset20::cpu::ours::opt | pass | 0 on CPU"
+        not in report
+    )
