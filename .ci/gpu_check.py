@@ -492,7 +492,11 @@ def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = F
         "shapes, optimized, float32) and ran `python -m conformance placement MODEL.onnx "
         "--provider cuda` on it: onnxruntime "
         f"{placement.kernel_table()['onnxruntime']}, graph optimizations off. "
-        "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + ".",
+        "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + " "
+        "(its caveat: conformance/placement_data/README.md; rows for ConstantOfShape, Flatten, "
+        "Identity, If, Loop, Scan, Size at opsets >= 21 may be CUDA in 1.31.1).",
+        "",
+        "Unconfirmed until the GPU check (`.ci/gpu_check.py run`) compares them with onnxruntime.",
         "",
         "| model | opset | prediction | CPU nodes (first 6) |",
         "|---|---|---|---|",

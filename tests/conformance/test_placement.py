@@ -444,3 +444,44 @@ def test_dry_run_end_to_end_on_cpu(tmp_path):
         "| model::synthetic/mlp::f32::static::opset20::cpu::ours::opt | pass | 0 on CPU"
         not in report
     )
+
+
+# --------------------------------------------------------------------------- used elsewhere
+
+
+def test_export_report_gains_a_cuda_placement_section(tmp_path):
+    import torch
+
+    import exporter
+
+    class PadRelu(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.pad(torch.relu(x), (1, 1)) * 2
+
+    program = exporter.export(
+        PadRelu().eval(),
+        (torch.randn(2, 8),),
+        opset_version=20,
+        report=True,
+        placement_provider="cuda",
+        artifacts_dir=tmp_path,
+    )
+    text = program.report_path.read_text()
+    section = text[text.index("## CUDA placement") :]
+    assert section.splitlines()[2].startswith("**3 nodes, 1 on CPU, 2 Memcpy**")
+    assert "(Pad-19)` | no kernel for version 19" in section
+    with pytest.raises(ValueError, match="pass report=True"):
+        exporter.export(PadRelu().eval(), (torch.randn(2, 8),), placement_provider="cuda")
+
+
+def test_cuda_rows_compare_without_tf32_and_with_their_own_float16_row():
+    from conformance.op_cases import OP_TOLERANCES_PATH
+    from conformance.session import CUDA_OPTIONS
+    from exporter.diagnostics.compare import load_policy
+
+    assert CUDA_OPTIONS["use_tf32"] == "0"
+    policy = load_policy(OP_TOLERANCES_PATH)
+    cuda_f16 = policy.tolerance("abs", "f16", "cuda")
+    assert "float16 on CUDA" in cuda_f16.source
+    assert policy.tolerance("abs", "f16", "cpu").source == "dtype f16"
+    assert policy.tolerance("abs", "f32", "cuda").source == "dtype f32"
