@@ -665,19 +665,6 @@ def predict(model: onnx.ModelProto | str | Path, provider: str = "cuda") -> Pred
     return predictor.prediction
 
 
-def has_kernel(
-    op_type: str, since: int, dtype: str | None = None, *, provider: str = "cuda"
-) -> bool:
-    """Whether ``provider`` has a kernel for ``op_type`` at schema since-version ``since`` whose
-    first type constraint admits ``dtype`` (``tensor(float)``...; any when None)."""
-    rows = kernel_table()["providers"][PROVIDERS[provider]].get(op_type, [])
-    for start, end, types in rows:
-        if version_matches(start, end, since):
-            if dtype is None or not types or dtype in next(iter(types.values())):
-                return True
-    return False
-
-
 #: Session config entry that makes onnxruntime keep each provider's nodes (1.31: PR #26781).
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
