@@ -689,6 +689,8 @@ def observe_in_process(model: str, provider: str) -> dict:
     options.log_severity_level = 1
     options.add_session_config_entry(RECORD_ASSIGNMENT, "1")
     providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
+    if provider == "cuda" and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA and cuDNN libraries of the nvidia-* wheels, if present
     session = ort.InferenceSession(model, options, providers=providers)
     return {"providers": session.get_providers(), "nodes": assignment(session)}
 

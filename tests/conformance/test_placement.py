@@ -438,7 +438,7 @@ def test_dry_run_end_to_end_on_cpu(tmp_path):
     probes = [
         line for line in report.splitlines() if line.startswith("| ") and "_opset20.onnx" in line
     ]
-    assert len(probes) == 4 and all(line.endswith("| none |") for line in probes), probes
+    assert len(probes) == 5 and all(line.endswith("| none |") for line in probes), probes
     assert "1 rows: 1 pass" in report
     assert (
         "| model::synthetic/mlp::f32::static::opset20::cpu::ours::opt | pass | 0 on CPU"
