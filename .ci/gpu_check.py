@@ -345,21 +345,27 @@ def slice_commands(provider: str, results: Path, dry_run: bool) -> list[list[str
 
 
 def run_slice(command: list[str], budget_s: float) -> dict:
+    """Run one harness command for at most ``budget_s``; past it the run gets SIGTERM, which
+    it passes to pytest and the case processes, and the rows written so far count."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CONFORMANCE_RECORD_PLACEMENT": "1"}
     started = time.perf_counter()
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        done = subprocess.run(
-            command, cwd=ROOT, env=env, timeout=budget_s, capture_output=True, text=True
-        )
-        code, tail = done.returncode, (done.stdout + done.stderr)[-1500:]
-    except subprocess.TimeoutExpired as exc:
-        code, tail = "timeout", str(exc.stdout or "")[-1500:]
-    return {
-        "command": command,
-        "exit": code,
-        "seconds": round(time.perf_counter() - started),
-        "tail": tail,
-    }
+        code = process.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        code = f"stopped at the {budget_s:.0f} s budget"
+    log.seek(0)
+    tail = log.read()[-1500:]
+    log.close()
+    seconds = round(time.perf_counter() - started)
+    return {"command": command, "exit": code, "seconds": seconds, "tail": tail}
 
 
 def slice_rows(results: Path) -> list[dict]:
@@ -417,6 +423,8 @@ def write_report(out: Path, *, provider: str, dry_run: bool, versions: dict, pro
     lines += ["", "## The slice (harness, `--provider " + provider + "`)", ""]
     for s in slices:
         lines.append(f"- `{' '.join(s['command'][1:])}`: exit {s['exit']} in {s['seconds']} s")
+        if s["exit"] != 0:
+            lines += ["", "```text", s["tail"].strip(), "```", ""]
     status = Counter(r.get("status") for r in rows)
     lines += [
         "",
