@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+import onnx.inliner
 
 try:
     import tomllib
@@ -537,6 +538,8 @@ def load(path: str | Path) -> onnx.ModelProto:
 
 def _no_cpu_kernel(node, schema, types: dict[str, str], reason: str | None) -> str:
     """What onnxruntime does with a node that the CPU provider has no kernel for either."""
+    if node.domain not in ("", "ai.onnx"):
+        return "not predicted: the kernel table holds the ai.onnx domain only"
     if reason and reason.startswith("type") and "float16)" in reason:
         as_float = {k: ("tensor(float)" if v == "tensor(float16)" else v) for k, v in types.items()}
         if lookup("cpu", node, schema, as_float)[0] is not None:
@@ -654,6 +657,8 @@ def predict(model: onnx.ModelProto | str | Path, provider: str = "cuda") -> Pred
         model = load(model)
     else:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+    if model.functions:  # onnxruntime inlines a model's local functions when it loads it
+        model = onnx.inliner.inline_local_functions(model)
     model, inlined = _inline_unplaceable(model, provider)
     predictor = _Predictor(model, provider)
     predictor.prediction.inlined = inlined

@@ -485,3 +485,36 @@ def test_cuda_rows_compare_without_tf32_and_with_their_own_float16_row():
     assert "float16 on CUDA" in cuda_f16.source
     assert policy.tolerance("abs", "f16", "cpu").source == "dtype f16"
     assert policy.tolerance("abs", "f32", "cuda").source == "dtype f32"
+
+
+def test_local_functions_inlined_and_other_domains_named():
+    fn = h.make_function(
+        "local",
+        "MyRelu",
+        ["a"],
+        ["b"],
+        [h.make_node("Relu", ["a"], ["b"])],
+        [h.make_opsetid("", 20)],
+    )
+    graph = h.make_graph(
+        [
+            h.make_node("MyRelu", ["x"], ["r"], domain="local", name="myrelu"),
+            h.make_node("FusedMatMul", ["r", "r"], ["y"], domain="com.microsoft", name="fmm"),
+        ],
+        "g",
+        [_x()],
+        [_y()],
+    )
+    model = h.make_model(
+        graph,
+        opset_imports=[
+            h.make_opsetid("", 20),
+            h.make_opsetid("local", 1),
+            h.make_opsetid("com.microsoft", 1),
+        ],
+        functions=[fn],
+    )
+    prediction = placement.predict(model, "cuda")
+    assert [n.op_type for n in prediction.nodes] == ["Relu", "FusedMatMul"]
+    reason = _cpu(prediction)[("fmm", "FusedMatMul")]
+    assert "ai.onnx" in reason and "fails to load" not in reason
