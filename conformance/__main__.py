@@ -19,6 +19,11 @@
     inputs, expected outputs, repro.py), whatever the case's outcome. The outcome is judged
     against the expectations as a run judges it: exit 0 for a pass or an expected failure (it
     prints the entry's reason), 1 for any other result.
+
+``python -m conformance placement MODEL.onnx [--provider cuda] [--json]``
+    Predicts which nodes onnxruntime's CUDA provider leaves to CPU and the Memcpy nodes the
+    session adds, on any machine (``conformance/placement.py``). Last line:
+    ``N nodes, K on CPU, M Memcpy``.
 """
 
 from __future__ import annotations
@@ -50,7 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(rest)
     if command == "repro":
         return repro(rest)
-    print(f"unknown command {command!r}; use 'run' or 'repro' (see --help)", file=sys.stderr)
+    if command == "placement":
+        from conformance import placement
+
+        return placement.main(rest)
+    print(
+        f"unknown command {command!r}; use 'run', 'repro' or 'placement' (see --help)",
+        file=sys.stderr,
+    )
     return 2
 
 

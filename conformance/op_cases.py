@@ -486,7 +486,7 @@ def _prepare(case: OpCase, outcome) -> Prepared:
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
     outcome.extra["sample"] = facts
-    tolerance = policy.tolerance(case.op, case.dtype)
+    tolerance = policy.tolerance(case.op, case.dtype, case.provider)
     outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
     sign_invariant = policy.sign_invariant(case.op)
     outcome.extra["tolerance_source"] = tolerance.source

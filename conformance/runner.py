@@ -201,6 +201,8 @@ def _run(prepared: Prepared, scratch: Path, announce, outcome: CaseOutcome) -> N
     except Exception as exc:
         raise StageFailed(Stage.LOAD, exc) from exc
     outcome.session_create_s = time.perf_counter() - started
+    if getattr(session, "placement", None):  # CUDA rows: predicted and real placement
+        outcome.extra["placement"] = session.placement
 
     announce(Stage.RUN)
     started = time.perf_counter()

@@ -9,6 +9,7 @@ One intra-op thread keeps timings comparable while other cases run on the other 
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -19,6 +20,29 @@ import onnx
 from conformance.case import PROVIDERS
 
 _ORT_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+#: CUDA provider options for comparisons: TF32 off, so that float32 MatMul/Conv compute in
+#: float32 and the float32 tolerances of conformance/tolerances.toml hold on CUDA too.
+CUDA_OPTIONS = {"use_tf32": "0"}
+#: Set (to 1) to record the predicted and real placement on the CPU provider too (the GPU
+#: check's dry run); CUDA rows always record it.
+RECORD_PLACEMENT_ENV = "CONFORMANCE_RECORD_PLACEMENT"
+
+
+def _records_placement(provider: str) -> bool:
+    return provider == "cuda" or (provider == "cpu" and os.environ.get(RECORD_PLACEMENT_ENV) == "1")
+
+
+def placement_record(model, provider: str, session) -> dict | None:
+    """The prediction of conformance/placement.py beside onnxruntime's real placement, for a
+    result row's extra; None where not recorded. Never fails the case."""
+    if not _records_placement(provider):
+        return None
+    from conformance import placement
+
+    try:
+        return placement.record(model, provider, session)
+    except Exception as exc:  # noqa: BLE001 - the case's run matters more than this record
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _check_provider(provider: str) -> None:
@@ -44,9 +68,9 @@ class Session:
             self._reference = ReferenceEvaluator(model)
             self._ort = None
         else:
-            self._ort = ort_session(
-                _readable_outputs(model, self._bf16_outputs), provider, optimize_graph=False
-            )
+            model = _readable_outputs(model, self._bf16_outputs)
+            self._ort = ort_session(model, provider, optimize_graph=False)
+        self.placement = placement_record(model, provider, self._ort)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         unknown = set(feeds) - set(self.input_shapes)
@@ -112,8 +136,12 @@ def ort_session(model: onnx.ModelProto | str, provider: str, *, optimize_graph: 
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if _records_placement(provider):
+        from conformance.placement import RECORD_ASSIGNMENT
+
+        options.add_session_config_entry(RECORD_ASSIGNMENT, "1")
     wanted = _ORT_PROVIDER[provider]
-    providers = [wanted] if provider == "cpu" else [wanted, "CPUExecutionProvider"]
+    providers = [wanted] if provider == "cpu" else [(wanted, CUDA_OPTIONS), "CPUExecutionProvider"]
     source = model if isinstance(model, str) else model.SerializeToString()
     session = ort.InferenceSession(source, options, providers=providers)
     active = session.get_providers()
@@ -177,8 +205,12 @@ class ModelSession:
 
             self._reference = ReferenceEvaluator(str(path))
             self._ort = None
+            self.placement = None
             return
         self._ort = ort_session(str(path), provider, optimize_graph=True)
+        # Model sessions keep onnxruntime's optimizations, which fuse per provider: the real
+        # placement can differ from the prediction (made for ORT_DISABLE_ALL) by those fusions.
+        self.placement = placement_record(path, provider, self._ort)
 
     def missing_inputs(self, feeds: dict[str, np.ndarray]) -> list[str]:
         return [name for name in self.input_shapes if name not in feeds]

@@ -47,6 +47,7 @@ def export(
     dynamic_shapes: Any = None,
     custom_translation_table: Mapping[Any, Callable[..., Any]] | None = None,
     report: bool = False,
+    placement_provider: str | None = None,
     optimize: bool = True,
     verify: bool | str = False,
     profile: bool = False,
@@ -66,6 +67,9 @@ def export(
     ``capture_patches`` names model-side rewrites that let torch.export capture code it cannot
     capture as written (see ``exporter._capture_patches``); by default those made for the
     model's kind apply (torchvision detection models), ``capture_patches=()`` turns them off.
+    ``placement_provider="cuda"`` (with ``report=True``) adds a "CUDA placement" section to the
+    report: which nodes onnxruntime's CUDA provider would leave to CPU and the Memcpy nodes it
+    would add, predicted on any machine (``conformance/placement.py``).
     """
     record = ExportRecord(model_class=type(model).__name__, verify_requested=bool(verify))
     eager_model = model if isinstance(model, torch.nn.Module) else None
@@ -85,6 +89,7 @@ def export(
         opset = _opset_convert.check(opset_version)
         record.opset = opset
         _validate.check_verify(verify)
+        _check_placement_provider(placement_provider, report)
         if report or dump_exported_program or profile:
             why = "dump_exported_program" if dump_exported_program else "the report"
             _validate.check_artifacts_dir(report_dir, why)
@@ -154,7 +159,7 @@ def export(
         raise
     finally:
         if report:
-            _write_report(record, report_dir, program, error)
+            _write_report(record, report_dir, program, error, placement_provider)
 
 
 def _export(
@@ -385,11 +390,25 @@ def _save_to(
     )
 
 
+def _check_placement_provider(provider: str | None, report: bool) -> None:
+    if provider is None:
+        return
+    if provider not in ("cuda", "cpu"):
+        raise ValueError(
+            f"placement_provider={provider!r}: choose 'cuda' (or 'cpu'), or leave it None"
+        )
+    if not report:
+        raise ValueError(
+            "placement_provider adds a section to the export report: pass report=True with it"
+        )
+
+
 def _write_report(
     record: ExportRecord,
     folder: Path,
     program: ONNXProgram | None,
     error: BaseException | None,
+    placement_provider: str | None = None,
 ) -> None:
     """Write the repro folder (when there is something to reproduce) and the markdown report,
     then say where: printed, and on failure also as a note on the exception. A failure here
@@ -406,7 +425,13 @@ def _write_report(
         except Exception as exc:  # noqa: BLE001 - the report itself matters more
             repro_note = f"could not be written: {type(exc).__name__}: {exc}"
         _report.write_report(
-            record, folder, program=program, error=error, repro_note=repro_note, path=path
+            record,
+            folder,
+            program=program,
+            error=error,
+            repro_note=repro_note,
+            path=path,
+            placement_provider=placement_provider,
         )
     except Exception as exc:  # noqa: BLE001 - the report is best-effort by contract
         warnings.warn(

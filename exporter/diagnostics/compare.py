@@ -386,9 +386,13 @@ class Policy:
     shape_only_reason: str
     sign_invariant_entries: tuple[dict, ...] = ()
 
-    def tolerance(self, op: str, dtype: str) -> Tolerance:
+    def tolerance(self, op: str, dtype: str, provider: str = "cpu") -> Tolerance:
         for entry in self.overrides:
-            if fnmatch.fnmatchcase(op, entry["op"]) and entry.get("dtype", dtype) == dtype:
+            if (
+                fnmatch.fnmatchcase(op, entry["op"])
+                and entry.get("dtype", dtype) == dtype
+                and entry.get("provider", provider) == provider
+            ):
                 return Tolerance(
                     float(entry["rtol"]),
                     float(entry["atol"]),

@@ -103,9 +103,11 @@ def write_report(
     error: BaseException | None = None,
     repro_note: str | None = None,
     path: Path | None = None,
+    placement_provider: str | None = None,
 ) -> Path:
     """Write the markdown report of one export and return its path (``path``, or a fresh one
-    in ``folder``). ``repro_note`` names the repro folder the caller wrote, if any."""
+    in ``folder``). ``repro_note`` names the repro folder the caller wrote, if any;
+    ``placement_provider`` ("cuda") adds the predicted placement on that provider."""
     now = datetime.datetime.now()
     if path is None:
         path = reserve_report_path(record, folder, error, now)
@@ -124,8 +126,21 @@ def write_report(
     }
     for title in SECTIONS:
         parts.append(_section(title, renderers[title]))
+    if placement_provider is not None:
+        title = f"{placement_provider.upper()} placement"
+        parts.append(_section(title, lambda: _placement(program, placement_provider)))
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return path
+
+
+def _placement(program: ONNXProgram | None, provider: str) -> str:
+    """Which nodes onnxruntime would run on ``provider`` and which it leaves to CPU, with the
+    Memcpy nodes it adds (predicted by conformance/placement.py, no GPU needed)."""
+    if program is None:
+        return "_No ONNX model: nothing to place._"
+    from conformance import placement
+
+    return placement.predict(program.model_proto, provider).markdown()
 
 
 def _dims_audit(record: ExportRecord, error: BaseException | None = None) -> str:
