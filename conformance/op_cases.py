@@ -533,13 +533,14 @@ def _prepare(case: OpCase, outcome) -> Prepared:
         if distribution:
             first = expected is expected_np
             return _compare_draws(
+                case.op,
                 module,
                 inputs if first else inputs2,
                 feeds if first else feeds2,
-                expected,
-                actual,
+                (expected, actual),
                 session,
                 case.seed,
+                tolerance,
             )
         return compare_outputs(
             expected,
@@ -597,9 +598,24 @@ def _prepare(case: OpCase, outcome) -> Prepared:
 MAX_DRAWS = 400
 
 
-def _compare_draws(module, inputs, feeds, expected, actual, session, seed: int):
+def _low_rank_product(outputs: list) -> list:
+    """svd_lowrank/pca_lowrank's ``U diag(S) V^T`` and ``S``: what the random projection leaves
+    defined (the factors' signs vary with the draw, and when q is below the rank, the factors
+    themselves; their product is the draw's approximation of the matrix)."""
+    import numpy as np
+
+    u, s, v = (np.asarray(o) for o in outputs)
+    return [(u * s[..., None, :]) @ np.swapaxes(v, -1, -2), s]
+
+
+#: What the distribution rule compares of an op's outputs, where not the outputs themselves.
+DISTRIBUTION_VIEWS = {"svd_lowrank": _low_rank_product, "pca_lowrank": _low_rank_product}
+
+
+def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, tolerance):
     """A random op's outputs by distribution: eager (seeded ``seed + k``) and the model run
-    until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MAX_DRAWS`` at most)."""
+    until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MAX_DRAWS`` at most);
+    values within the case's tolerance count as equal."""
     import math
 
     import numpy as np
@@ -607,6 +623,7 @@ def _compare_draws(module, inputs, feeds, expected, actual, session, seed: int):
     from conformance.flat_io import to_numpy
     from exporter.diagnostics.compare import DISTRIBUTION_VALUES, compare_distributions
 
+    expected, actual = first_draws
     sizes = [np.asarray(a).size for a in actual if np.asarray(a).size]
     per_draw = min(sizes) if sizes else 1
     draws = max(1, min(MAX_DRAWS, math.ceil(DISTRIBUTION_VALUES / per_draw)))
@@ -617,7 +634,13 @@ def _compare_draws(module, inputs, feeds, expected, actual, session, seed: int):
             outputs = _eager(module, inputs, seed + k, "a further draw")
         expected_draws.append([to_numpy(t) for t in outputs])
         actual_draws.append(session.run(feeds))
-    return compare_distributions(expected_draws, actual_draws)
+    view = DISTRIBUTION_VIEWS.get(op)
+    if view is not None:
+        expected_draws = [view(draw) for draw in expected_draws]
+        actual_draws = [view(draw) for draw in actual_draws]
+    return compare_distributions(
+        expected_draws, actual_draws, rtol=tolerance.rtol, atol=tolerance.atol
+    )
 
 
 @contextlib.contextmanager

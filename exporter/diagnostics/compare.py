@@ -338,6 +338,8 @@ def compare_distributions(
     expected_draws: Sequence[Sequence[Any]],
     actual_draws: Sequence[Sequence[Any]],
     *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
     false_failure: float = FALSE_FAILURE,
 ) -> Comparison:
     """Random outputs by distribution. ``*_draws[k]`` are the outputs of the k-th draw (a run of
@@ -354,8 +356,11 @@ def compare_distributions(
       sqrt((n + m) / (n m))`` (Dvoretzky-Kiefer-Wolfowitz/Massart; conservative for discrete
       values and for draws that mix per-element distributions in equal numbers on both sides).
 
-    Heavy tails (a Cauchy draw) widen the mean and variance bounds with their own spread, so KS
-    is what judges them. A few ulps of slack keep constant outputs (zero variance) exact.
+    Values within ``atol + rtol * |value|`` of each other count as equal (KS compares the
+    CDFs that far apart, the Levy-distance way; the mean and variance bounds widen by as much),
+    so rounding in the parts of an output that are not random (rrelu's positive inputs, a
+    low-rank product that is exact) does not fail. Heavy tails (a Cauchy draw) widen the mean
+    and variance bounds with their own spread, so KS is what judges them.
     """
     if not expected_draws or not actual_draws:
         return Comparison(False, "no draws to compare")
@@ -372,7 +377,7 @@ def compare_distributions(
     for index in range(len(expected_draws[0])):
         wants = [np.asarray(draw[index]) for draw in expected_draws]
         gots = [np.asarray(draw[index]) for draw in actual_draws]
-        one = _compare_one_distribution(wants, gots, z, ks_factor)
+        one = _compare_one_distribution(wants, gots, z, ks_factor, rtol, atol)
         result.outputs.append(one)
         result.add_detail(one.ok, f"output {index}: {one.message}")
         if not one.ok:
@@ -383,7 +388,9 @@ def compare_distributions(
     return result
 
 
-def _compare_one_distribution(wants, gots, z: float, ks_factor: float) -> ArrayComparison:
+def _compare_one_distribution(
+    wants, gots, z: float, ks_factor: float, rtol: float, atol: float
+) -> ArrayComparison:
     want0 = wants[0]
     for got in gots:
         if got.shape != want0.shape:
@@ -407,7 +414,7 @@ def _compare_one_distribution(wants, gots, z: float, ks_factor: float) -> ArrayC
     if want.size == 0:
         return ArrayComparison(True, "only NaN, as expected", total=total)
     n, m = want.size, got.size
-    statistic = ks_statistic(want, got)
+    statistic = ks_statistic(want, got, rtol=rtol, atol=atol)
     ks_bound = ks_factor * float(np.sqrt((n + m) / (n * m)))
     finite_w, finite_g = want[np.isfinite(want)], got[np.isfinite(got)]
     text = f"{m} values against {n}: KS {statistic:.3g} (bound {ks_bound:.3g})"
@@ -417,14 +424,19 @@ def _compare_one_distribution(wants, gots, z: float, ks_factor: float) -> ArrayC
     if finite_w.size > 1 and finite_g.size > 1:
         mean_w, mean_g = float(finite_w.mean()), float(finite_g.mean())
         var_w, var_g = float(finite_w.var()), float(finite_g.var())
-        slack = 1e-6 * max(abs(mean_w), abs(mean_g), np.sqrt(var_w), 1e-30)
+        scale = float(np.abs(finite_w).mean())
+        slack = atol + rtol * scale + 1e-6 * max(abs(mean_w), abs(mean_g), np.sqrt(var_w), 1e-30)
         mean_bound = z * float(np.sqrt(var_w / finite_w.size + var_g / finite_g.size)) + slack
         m4_w = float(((finite_w - mean_w) ** 4).mean())
         m4_g = float(((finite_g - mean_g) ** 4).mean())
         var_se = np.sqrt(
             max(m4_w - var_w**2, 0.0) / finite_w.size + max(m4_g - var_g**2, 0.0) / finite_g.size
         )
-        var_bound = z * float(var_se) + 1e-6 * max(var_w, var_g, 1e-30)
+        var_bound = (
+            z * float(var_se)
+            + 2 * np.sqrt(max(var_w, var_g)) * (atol + rtol * scale)
+            + 1e-6 * max(var_w, var_g, 1e-30)
+        )
         text += (
             f", mean {mean_g:.4g} vs {mean_w:.4g} (bound {mean_bound:.3g}), "
             f"variance {var_g:.4g} vs {var_w:.4g} (bound {var_bound:.3g})"
@@ -440,14 +452,20 @@ def _compare_one_distribution(wants, gots, z: float, ks_factor: float) -> ArrayC
     return ArrayComparison(True, text, total=total)
 
 
-def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+def ks_statistic(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: float = 0.0) -> float:
     """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs
-    (ties handled: both CDFs are evaluated at every distinct value)."""
+    (evaluated at every value of both, so ties count right). With a tolerance, each CDF is
+    compared with the other's ``atol + rtol * |t|`` further on, so values that far apart count
+    as equal (0 when they are)."""
     a, b = np.sort(a), np.sort(b)
     points = np.concatenate([a, b])
+    ahead = points + (atol + rtol * np.abs(points))
     cdf_a = np.searchsorted(a, points, side="right") / a.size
     cdf_b = np.searchsorted(b, points, side="right") / b.size
-    return float(np.abs(cdf_a - cdf_b).max())
+    cdf_a_ahead = np.searchsorted(a, ahead, side="right") / a.size
+    cdf_b_ahead = np.searchsorted(b, ahead, side="right") / b.size
+    gap = np.maximum(cdf_a - cdf_b_ahead, cdf_b - cdf_a_ahead)
+    return float(max(gap.max(), 0.0))
 
 
 def _normal_quantile(tail: float) -> float:

@@ -270,3 +270,14 @@ def test_histogram_counts_finite_errors_per_bin():
 def test_an_unknown_rule_is_an_error():
     with pytest.raises(ValueError, match="unknown comparison rule"):
         compare_arrays(np.ones(2), np.ones(2), rtol=0, atol=0, rule="relative")
+
+
+def test_distribution_rule_tolerates_rounding_in_deterministic_parts():
+    """The same values on both sides, off by rounding: KS counts values within the tolerance as
+    equal, so a repeated (non-random) output passes with a tolerance and fails without one."""
+    values = np.array([0.5, 1.0, 2.0])
+    expected = [[values] for _ in range(400)]
+    actual = [[values * (1 + 1e-6)] for _ in range(400)]
+    assert compare_distributions(expected, actual, rtol=1e-5, atol=1e-5).ok
+    assert "KS" in compare_distributions(expected, actual).message
+    assert ks_statistic(values, values + 1e-6, atol=1e-5) == 0.0

@@ -131,3 +131,13 @@ def test_kernel_table_matches_onnxruntime(opset):
     for op, dtypes in random.COUNTER_KERNELS.items():
         for dtype in dtypes:
             assert _runs(kernels, op, opset, dtype), f"no {op}({dtype}) kernel at opset {opset}"
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (), (2, 0, 5)])
+def test_counter_generator_handles_empty_and_scalar_shapes(shape):
+    x = torch.zeros(shape)
+    program = exporter.export(
+        Lambda(lambda t: (torch.rand_like(t), torch.randn_like(t))).eval(), (x,), opset_version=23
+    )
+    uniform, normal = run_onnx(program, (x,))
+    assert uniform.shape == shape and normal.shape == shape
