@@ -594,8 +594,10 @@ def _prepare(case: OpCase, outcome) -> Prepared:
     )
 
 
-#: Draws of a random op per side at most, however small its output.
+#: Draws of a random op per side: at most (however small its output), and at least (enough to
+#: see whether the values of one draw move together, compare._design_effect).
 MAX_DRAWS = 400
+MIN_DRAWS = 30
 
 
 def _low_rank_product(outputs: list) -> list:
@@ -614,8 +616,8 @@ DISTRIBUTION_VIEWS = {"svd_lowrank": _low_rank_product, "pca_lowrank": _low_rank
 
 def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, tolerance):
     """A random op's outputs by distribution: eager (seeded ``seed + k``) and the model run
-    until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MAX_DRAWS`` at most);
-    values within the case's tolerance count as equal."""
+    until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MIN_DRAWS`` to
+    ``MAX_DRAWS`` draws); values within the case's tolerance count as equal."""
     import math
 
     import numpy as np
@@ -626,7 +628,7 @@ def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, t
     expected, actual = first_draws
     sizes = [np.asarray(a).size for a in actual if np.asarray(a).size]
     per_draw = min(sizes) if sizes else 1
-    draws = max(1, min(MAX_DRAWS, math.ceil(DISTRIBUTION_VALUES / per_draw)))
+    draws = max(MIN_DRAWS, min(MAX_DRAWS, math.ceil(DISTRIBUTION_VALUES / per_draw)))
     expected_draws = [list(expected)]
     actual_draws = [list(actual)]
     for k in range(1, draws):

@@ -356,6 +356,10 @@ def compare_distributions(
       sqrt((n + m) / (n m))`` (Dvoretzky-Kiefer-Wolfowitz/Massart; conservative for discrete
       values and for draws that mix per-element distributions in equal numbers on both sides).
 
+    Each bound is for independent values; where the draws show that the values of one draw
+    move together (``_design_effect``), the bounds widen by the square root of that factor
+    (the effective sample size of cluster sampling).
+
     Values within ``atol + rtol * |value|`` of each other count as equal (KS compares the
     CDFs that far apart, the Levy-distance way; the mean and variance bounds widen by as much),
     so rounding in the parts of an output that are not random (rrelu's positive inputs, a
@@ -414,10 +418,15 @@ def _compare_one_distribution(
     if want.size == 0:
         return ArrayComparison(True, "only NaN, as expected", total=total)
     n, m = want.size, got.size
+    # Values of one draw may move together (feature dropout drops whole channels): the bounds
+    # widen by the square root of the design effect that the draws show.
+    widen = float(np.sqrt(max(_design_effect(wants, want), _design_effect(gots, want))))
     statistic = ks_statistic(want, got, rtol=rtol, atol=atol)
-    ks_bound = ks_factor * float(np.sqrt((n + m) / (n * m)))
+    ks_bound = widen * ks_factor * float(np.sqrt((n + m) / (n * m)))
     finite_w, finite_g = want[np.isfinite(want)], got[np.isfinite(got)]
     text = f"{m} values against {n}: KS {statistic:.3g} (bound {ks_bound:.3g})"
+    if widen > 1:
+        text += f", bounds widened x{widen:.3g} for values that move together"
     problems = []
     if statistic > ks_bound:
         problems.append(f"KS statistic {statistic:.3g} > {ks_bound:.3g}")
@@ -426,14 +435,15 @@ def _compare_one_distribution(
         var_w, var_g = float(finite_w.var()), float(finite_g.var())
         scale = float(np.abs(finite_w).mean())
         slack = atol + rtol * scale + 1e-6 * max(abs(mean_w), abs(mean_g), np.sqrt(var_w), 1e-30)
-        mean_bound = z * float(np.sqrt(var_w / finite_w.size + var_g / finite_g.size)) + slack
+        spread = float(np.sqrt(var_w / finite_w.size + var_g / finite_g.size))
+        mean_bound = widen * z * spread + slack
         m4_w = float(((finite_w - mean_w) ** 4).mean())
         m4_g = float(((finite_g - mean_g) ** 4).mean())
         var_se = np.sqrt(
             max(m4_w - var_w**2, 0.0) / finite_w.size + max(m4_g - var_g**2, 0.0) / finite_g.size
         )
         var_bound = (
-            z * float(var_se)
+            widen * z * float(var_se)
             + 2 * np.sqrt(max(var_w, var_g)) * (atol + rtol * scale)
             + 1e-6 * max(var_w, var_g, 1e-30)
         )
@@ -450,6 +460,26 @@ def _compare_one_distribution(
             False, "; ".join(problems) + f" ({m} values against {n})", total=total
         )
     return ArrayComparison(True, text, total=total)
+
+
+def _design_effect(draws: list[np.ndarray], reference: np.ndarray) -> float:
+    """How much more the per-draw means of the values, and of the indicator ``value <= median
+    of reference``, vary than independent values would: ``var(draw means) * per-draw size /
+    var(values)``, the largest of the two, at least 1 (1 when there are fewer than 8 draws or
+    one value per draw, too few to tell)."""
+    size = draws[0].size
+    if len(draws) < 8 or size < 2:
+        return 1.0
+    values = np.stack([d.astype(np.float64).ravel() for d in draws])
+    if not np.isfinite(values).all():
+        return 1.0
+    median = float(np.median(reference[np.isfinite(reference)]))
+    effect = 1.0
+    for unit in (values, (values <= median).astype(np.float64)):
+        total = float(unit.var())
+        if total > 0:
+            effect = max(effect, float(unit.mean(axis=1).var(ddof=1)) * size / total)
+    return effect
 
 
 def ks_statistic(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: float = 0.0) -> float:
