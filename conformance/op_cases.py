@@ -485,6 +485,11 @@ def _prepare(case: OpCase, outcome) -> Prepared:
     policy = load_policy(case.tolerances_path or OP_TOLERANCES_PATH)
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
+    # Random outputs are judged by distribution over several draws of eager and of the model.
+    distribution = planted is None and policy.is_distribution(case.op)
+    if distribution:
+        shape_only = False
+        outcome.extra["distribution"] = True
     outcome.extra["sample"] = facts
     tolerance = policy.tolerance(case.op, case.dtype, case.provider)
     outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
@@ -525,6 +530,18 @@ def _prepare(case: OpCase, outcome) -> Prepared:
         return shapes.specialised_inputs(session.input_shapes, input_names, inputs, among)
 
     def compare(expected, actual, session):
+        if distribution:
+            first = expected is expected_np
+            return _compare_draws(
+                case.op,
+                module,
+                inputs if first else inputs2,
+                feeds if first else feeds2,
+                (expected, actual),
+                session,
+                case.seed,
+                tolerance,
+            )
         return compare_outputs(
             expected,
             actual,
@@ -544,6 +561,8 @@ def _prepare(case: OpCase, outcome) -> Prepared:
     if inputs2 is not None:
         feeds2 = {name: to_numpy(t) for name, t in zip(input_names, inputs2)}
         expected2_np = [to_numpy(t) for t in expected2]
+    feeds = {name: to_numpy(t) for name, t in zip(input_names, inputs)}
+    expected_np = [to_numpy(t) for t in expected]
     return Prepared(
         meta={
             "id": case.id,
@@ -553,12 +572,14 @@ def _prepare(case: OpCase, outcome) -> Prepared:
             "atol": tolerance.atol,
             "ort_optimization": "disable_all",
             "rerun": f"python -m conformance repro '{case.id}'",
-            "shape_only": shape_only,
+            # A repro directory has one eager draw: it checks a random op's shapes and dtypes;
+            # the harness judges the distribution (compare_distributions).
+            "shape_only": shape_only or distribution,
             "sign_invariant": sign_invariant,
             "sample": facts,
         },
-        feeds={name: to_numpy(t) for name, t in zip(input_names, inputs)},
-        expected=[to_numpy(t) for t in expected],
+        feeds=feeds,
+        expected=expected_np,
         export=export,
         open_session=open_session,
         compare=compare,
@@ -571,6 +592,80 @@ def _prepare(case: OpCase, outcome) -> Prepared:
         specialised=specialised,
         before_run=before_run,
     )
+
+
+#: Draws of a random op per side: at most (however small its output), and at least (enough to
+#: see whether the values of one draw move together, compare._design_effect).
+MAX_DRAWS = 400
+MIN_DRAWS = 30
+
+
+def _low_rank_product(outputs: list) -> list:
+    """svd_lowrank/pca_lowrank's ``U diag(S) V^T`` and ``S``: what the random projection leaves
+    defined (the factors' signs vary with the draw, and when q is below the rank, the factors
+    themselves; their product is the draw's approximation of the matrix)."""
+    import numpy as np
+
+    u, s, v = (np.asarray(o) for o in outputs)
+    return [(u * s[..., None, :]) @ np.swapaxes(v, -1, -2), s]
+
+
+#: What the distribution rule compares of an op's outputs, where not the outputs themselves.
+DISTRIBUTION_VIEWS = {"svd_lowrank": _low_rank_product, "pca_lowrank": _low_rank_product}
+
+
+def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, tolerance):
+    """A random op's outputs by distribution: eager (seeded ``seed + k``) and the model run
+    until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MIN_DRAWS`` to
+    ``MAX_DRAWS`` draws); values within the case's tolerance count as equal."""
+    import math
+
+    import numpy as np
+
+    from conformance.flat_io import to_numpy
+    from exporter.diagnostics.compare import DISTRIBUTION_VALUES, compare_distributions
+
+    expected, actual = first_draws
+    sizes = [np.asarray(a).size for a in actual if np.asarray(a).size]
+    per_draw = min(sizes) if sizes else 1
+    draws = max(MIN_DRAWS, min(MAX_DRAWS, math.ceil(DISTRIBUTION_VALUES / per_draw)))
+    expected_draws = [list(expected)]
+    actual_draws = [list(actual)]
+    for k in range(1, draws):
+        with _reseeding_disabled():
+            outputs = _eager(module, inputs, seed + k, "a further draw")
+        expected_draws.append([to_numpy(t) for t in outputs])
+        actual_draws.append(session.run(feeds))
+    view = DISTRIBUTION_VIEWS.get(op)
+    if view is not None:
+        expected_draws = [view(draw) for draw in expected_draws]
+        actual_draws = [view(draw) for draw in actual_draws]
+    return compare_distributions(
+        expected_draws, actual_draws, rtol=tolerance.rtol, atol=tolerance.atol
+    )
+
+
+@contextlib.contextmanager
+def _reseeding_disabled():
+    """OpInfo wraps many random ops in ``wrapper_set_seed``, which calls
+    ``torch.manual_seed(42)`` before the op, so every eager call would draw the same numbers:
+    while a further draw runs, ``torch.manual_seed`` seeds only the first time (``_eager``'s
+    own seeding), so each draw follows its own seed."""
+    import torch
+
+    real = torch.manual_seed
+    calls = 0
+
+    def first_only(seed):
+        nonlocal calls
+        calls += 1
+        return real(seed) if calls == 1 else torch.default_generator
+
+    torch.manual_seed = first_only
+    try:
+        yield
+    finally:
+        torch.manual_seed = real
 
 
 def second_shape_inputs(module, inputs, expected, seed: int, outcome):

@@ -116,7 +116,10 @@ def _fold_small_fills(node: ir.Node) -> bool | None:
     """Fold a small ConstantOfShape of a constant shape (the optimizer keeps every fill, to
     keep models small): as a constant it folds on into what consumes it, such as the
     ``ones(()) & mask`` that transformers starts its attention masks with. None: the
-    optimizer's default for every other node."""
+    optimizer's default for every other node. Never a Dropout that reaches the folder (one in
+    training mode): its mask is drawn afresh on every run (random.py seeds from it)."""
+    if node.op_type == "Dropout" and node.domain in ("", "ai.onnx"):
+        return False
     if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
         return None
     shape = ir.convenience.get_const_tensor(node.inputs[0]) if node.inputs else None

@@ -15,6 +15,11 @@ Two ways to measure a float error, one rule otherwise:
 
 Either way shapes must match, NaNs sit at the same positions, infinities match in position and
 sign, and integer and bool outputs compare exactly whatever the tolerance.
+
+Random outputs cannot match eager's values, only its distribution: ``DISTRIBUTION``
+(``compare_distributions``) pools several draws of each output on both sides and bounds the
+difference of their means, of their variances and the two-sample Kolmogorov-Smirnov statistic,
+each at a false-failure rate of ``FALSE_FAILURE`` for two samples of one distribution.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 
 ELEMENT = "element"
 SCALE = "scale"
+DISTRIBUTION = "distribution"
 RULES = (ELEMENT, SCALE)
 
 #: Upper edges of the absolute-error histogram buckets; the last bucket is ">= 1".
@@ -242,6 +248,17 @@ class Comparison:
         self.details.append(line)
         self.detail_ok.append(ok)
 
+    def fail_with(self, problems: list[str]) -> None:
+        """Not ok when there are ``problems``; the message lists the first few."""
+        if not problems:
+            return
+        self.ok = False
+        self.message = "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (
+            f"; and {len(problems) - MAX_LISTED_PROBLEMS} more"
+            if len(problems) > MAX_LISTED_PROBLEMS
+            else ""
+        )
+
 
 #: How many output problems a Comparison's message lists before "and N more".
 MAX_LISTED_PROBLEMS = 6
@@ -306,14 +323,193 @@ def compare_outputs(
             result.max_rel_scale = max_or_none(result.max_rel_scale, one.max_rel_scale)
         if not one.ok:
             problems.append(f"output {index}: {one.message}")
-    if problems:
-        result.ok = False
-        result.message = "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (
-            f"; and {len(problems) - MAX_LISTED_PROBLEMS} more"
-            if len(problems) > MAX_LISTED_PROBLEMS
-            else ""
-        )
+    result.fail_with(problems)
     return result
+
+
+#: The chance that ``compare_distributions`` fails two samples of one distribution, per statistic
+#: and output (a mean, a variance and a KS bound each).
+FALSE_FAILURE = 1e-6
+#: How many values per output the distribution rule wants pooled over the draws of a case.
+DISTRIBUTION_VALUES = 4000
+
+
+def compare_distributions(
+    expected_draws: Sequence[Sequence[Any]],
+    actual_draws: Sequence[Sequence[Any]],
+    *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    false_failure: float = FALSE_FAILURE,
+) -> Comparison:
+    """Random outputs by distribution. ``*_draws[k]`` are the outputs of the k-th draw (a run of
+    eager or of the ONNX model on the same inputs); each output's values are pooled over the
+    draws, so the two sides are samples of the same mixture when the model is right.
+
+    Per output: every draw has the expected shape and dtype, as many NaNs as eager's draws, and
+    over the finite values, with ``z`` the two-sided normal quantile of ``false_failure``:
+
+    - means: ``|mean_a - mean_e| <= z * sqrt(var_e / n + var_a / m)``;
+    - variances: ``|var_a - var_e| <= z * sqrt(se_e**2 + se_a**2)``, ``se**2 = (m4 - var**2) / n``
+      (m4 the fourth central moment);
+    - shape: the two-sample KS statistic ``D <= sqrt(-ln(false_failure / 2) / 2) *
+      sqrt((n + m) / (n m))`` (Dvoretzky-Kiefer-Wolfowitz/Massart; conservative for discrete
+      values and for draws that mix per-element distributions in equal numbers on both sides).
+
+    Each bound is for independent values; where the draws show that the values of one draw
+    move together (``_design_effect``), the bounds widen by the square root of that factor
+    (the effective sample size of cluster sampling).
+
+    Values within ``atol + rtol * |value|`` of each other count as equal (KS compares the
+    CDFs that far apart, the Levy-distance way; the mean and variance bounds widen by as much),
+    so rounding in the parts of an output that are not random (rrelu's positive inputs, a
+    low-rank product that is exact) does not fail. Heavy tails (a Cauchy draw) widen the mean
+    and variance bounds with their own spread, so KS is what judges them.
+    """
+    if not expected_draws or not actual_draws:
+        return Comparison(False, "no draws to compare")
+    if len(expected_draws[0]) != len(actual_draws[0]):
+        return Comparison(
+            False,
+            f"output count differs: eager has {len(expected_draws[0])}, "
+            f"ONNX has {len(actual_draws[0])}",
+        )
+    z = _normal_quantile(false_failure / 2)
+    ks_factor = float(np.sqrt(-np.log(false_failure / 2) / 2))
+    result = Comparison(True)
+    problems: list[str] = []
+    for index in range(len(expected_draws[0])):
+        wants = [np.asarray(draw[index]) for draw in expected_draws]
+        gots = [np.asarray(draw[index]) for draw in actual_draws]
+        one = _compare_one_distribution(wants, gots, z, ks_factor, rtol, atol)
+        result.outputs.append(one)
+        result.add_detail(one.ok, f"output {index}: {one.message}")
+        if not one.ok:
+            problems.append(f"output {index}: {one.message}")
+    result.fail_with(problems)
+    if result.ok:
+        result.message = f"distributions match over {len(actual_draws)} draws"
+    return result
+
+
+def _compare_one_distribution(
+    wants, gots, z: float, ks_factor: float, rtol: float, atol: float
+) -> ArrayComparison:
+    want0 = wants[0]
+    for got in gots:
+        if got.shape != want0.shape:
+            return ArrayComparison(
+                False, f"shape {list(got.shape)} != expected {list(want0.shape)}", total=want0.size
+            )
+        if got.dtype != want0.dtype:
+            return ArrayComparison(False, f"dtype {got.dtype} != expected {want0.dtype}")
+    want = np.concatenate([w.astype(np.float64).ravel() for w in wants])
+    got = np.concatenate([g.astype(np.float64).ravel() for g in gots])
+    total = int(got.size)
+    if want.size == 0 or got.size == 0:
+        return ArrayComparison(True, "empty", total=0)
+    want_nan = np.count_nonzero(np.isnan(want)) / want.size
+    got_nan = np.count_nonzero(np.isnan(got)) / got.size
+    if want_nan != got_nan:
+        return ArrayComparison(
+            False, f"NaN share {got_nan:.3g} != expected {want_nan:.3g}", total=total
+        )
+    want, got = want[~np.isnan(want)], got[~np.isnan(got)]
+    if want.size == 0:
+        return ArrayComparison(True, "only NaN, as expected", total=total)
+    n, m = want.size, got.size
+    # Values of one draw may move together (feature dropout drops whole channels): the bounds
+    # widen by the square root of the design effect that the draws show.
+    widen = float(np.sqrt(max(_design_effect(wants, want), _design_effect(gots, want))))
+    statistic = ks_statistic(want, got, rtol=rtol, atol=atol)
+    ks_bound = widen * ks_factor * float(np.sqrt((n + m) / (n * m)))
+    finite_w, finite_g = want[np.isfinite(want)], got[np.isfinite(got)]
+    text = f"{m} values against {n}: KS {statistic:.3g} (bound {ks_bound:.3g})"
+    if widen > 1:
+        text += f", bounds widened x{widen:.3g} for values that move together"
+    problems = []
+    if statistic > ks_bound:
+        problems.append(f"KS statistic {statistic:.3g} > {ks_bound:.3g}")
+    if finite_w.size > 1 and finite_g.size > 1:
+        mean_w, mean_g = float(finite_w.mean()), float(finite_g.mean())
+        var_w, var_g = float(finite_w.var()), float(finite_g.var())
+        scale = float(np.abs(finite_w).mean())
+        slack = atol + rtol * scale + 1e-6 * max(abs(mean_w), abs(mean_g), np.sqrt(var_w), 1e-30)
+        spread = float(np.sqrt(var_w / finite_w.size + var_g / finite_g.size))
+        mean_bound = widen * z * spread + slack
+        m4_w = float(((finite_w - mean_w) ** 4).mean())
+        m4_g = float(((finite_g - mean_g) ** 4).mean())
+        var_se = np.sqrt(
+            max(m4_w - var_w**2, 0.0) / finite_w.size + max(m4_g - var_g**2, 0.0) / finite_g.size
+        )
+        var_bound = (
+            widen * z * float(var_se)
+            + 2 * np.sqrt(max(var_w, var_g)) * (atol + rtol * scale)
+            + 1e-6 * max(var_w, var_g, 1e-30)
+        )
+        text += (
+            f", mean {mean_g:.4g} vs {mean_w:.4g} (bound {mean_bound:.3g}), "
+            f"variance {var_g:.4g} vs {var_w:.4g} (bound {var_bound:.3g})"
+        )
+        if abs(mean_g - mean_w) > mean_bound:
+            problems.append(f"mean {mean_g:.4g} vs expected {mean_w:.4g} (bound {mean_bound:.3g})")
+        if abs(var_g - var_w) > var_bound:
+            problems.append(f"variance {var_g:.4g} vs expected {var_w:.4g} (bound {var_bound:.3g})")
+    if problems:
+        return ArrayComparison(
+            False, "; ".join(problems) + f" ({m} values against {n})", total=total
+        )
+    return ArrayComparison(True, text, total=total)
+
+
+def _design_effect(draws: list[np.ndarray], reference: np.ndarray) -> float:
+    """How much more the per-draw means of the values, and of the indicator ``value <= median
+    of reference``, vary than independent values would: ``var(draw means) * per-draw size /
+    var(values)``, the largest of the two, at least 1 (1 when there are fewer than 8 draws or
+    one value per draw, too few to tell)."""
+    size = draws[0].size
+    if len(draws) < 8 or size < 2:
+        return 1.0
+    values = np.stack([d.astype(np.float64).ravel() for d in draws])
+    if not np.isfinite(values).all():
+        return 1.0
+    median = float(np.median(reference[np.isfinite(reference)]))
+    effect = 1.0
+    for unit in (values, (values <= median).astype(np.float64)):
+        total = float(unit.var())
+        if total > 0:
+            effect = max(effect, float(unit.mean(axis=1).var(ddof=1)) * size / total)
+    return effect
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray, *, rtol: float = 0.0, atol: float = 0.0) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs
+    (evaluated at every value of both, so ties count right). With a tolerance, each CDF is
+    compared with the other's ``atol + rtol * |t|`` further on, so values that far apart count
+    as equal (0 when they are)."""
+    a, b = np.sort(a), np.sort(b)
+    points = np.concatenate([a, b])
+    ahead = points + (atol + rtol * np.abs(points))
+    cdf_a = np.searchsorted(a, points, side="right") / a.size
+    cdf_b = np.searchsorted(b, points, side="right") / b.size
+    cdf_a_ahead = np.searchsorted(a, ahead, side="right") / a.size
+    cdf_b_ahead = np.searchsorted(b, ahead, side="right") / b.size
+    gap = np.maximum(cdf_a - cdf_b_ahead, cdf_b - cdf_a_ahead)
+    return float(max(gap.max(), 0.0))
+
+
+def _normal_quantile(tail: float) -> float:
+    """z with P(N(0, 1) > z) = tail, by bisection on erfc (the standard library only)."""
+    import math
+
+    low, high = 0.0, 40.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if 0.5 * math.erfc(mid / math.sqrt(2)) > tail:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
 
 
 def _fixed_dims_contradicted(declared, shape: tuple[int, ...]) -> str:
@@ -385,6 +581,8 @@ class Policy:
     shape_only_globs: tuple[str, ...]
     shape_only_reason: str
     sign_invariant_entries: tuple[dict, ...] = ()
+    #: Ops whose outputs are random: judged by ``compare_distributions``.
+    distribution_globs: tuple[str, ...] = ()
 
     def tolerance(self, op: str, dtype: str, provider: str = "cpu") -> Tolerance:
         for entry in self.overrides:
@@ -405,6 +603,9 @@ class Policy:
 
     def is_shape_only(self, op: str) -> bool:
         return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.shape_only_globs)
+
+    def is_distribution(self, op: str) -> bool:
+        return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.distribution_globs)
 
     def sign_invariant(self, op: str) -> list[list]:
         """``align_vector_signs``'s spec for the op, or [] (the first match wins)."""
@@ -457,4 +658,5 @@ def load_policy(path: str | Path) -> Policy:
         shape_only_globs=tuple(shape_only.get("ops", ())),
         shape_only_reason=shape_only.get("reason", "outputs compared on shape and dtype only"),
         sign_invariant_entries=sign_invariant,
+        distribution_globs=tuple(data.get("distribution", {}).get("ops", ())),
     )

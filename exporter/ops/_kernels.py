@@ -90,7 +90,16 @@ SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 #: whose revision has no kernel ("Could not find an implementation for RoiAlign(22)", measured
 #: with onnxruntime 1.31). An ONNX model has one opset per domain, so at those opsets a
 #: translation computes the op from others (:func:`has_kernel`).
-NO_KERNEL_FROM: dict[str, int] = {"RoiAlign": 22, "MaxRoiPool": 22}
+#: The random generators are among them: their opset-22 revisions (bfloat16 added) have no CPU
+#: kernel, so random.py draws from a counter-based generator there.
+NO_KERNEL_FROM: dict[str, int] = {
+    "RoiAlign": 22,
+    "MaxRoiPool": 22,
+    **dict.fromkeys(
+        "RandomUniform RandomUniformLike RandomNormal RandomNormalLike Multinomial".split(),
+        22,
+    ),
+}
 
 
 # Ops whose output dtype is not the input dtype; their result is never cast back.

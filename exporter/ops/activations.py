@@ -14,7 +14,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops import _formulas as F
-from exporter.ops import _kernels
+from exporter.ops import _kernels, random
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
@@ -225,7 +225,7 @@ def _rrelu(ctx, x: ir.Value, lower, upper, training: bool, with_slope: bool = Fa
     inner = ctx.cast(x, compute)
     if training:
         # A fresh slope per element, uniform in [lower, upper), for negative inputs.
-        slope = ctx.op.RandomUniformLike(inner, low=float(lower), high=float(upper))
+        slope = random.uniform_like(ctx, inner, compute, low=lower, high=upper)
     else:
         slope = F.c(ctx, (lower + upper) / 2, inner)
     out = ctx.cast(_leaky(ctx, inner, slope), dtype)

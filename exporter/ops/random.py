@@ -1,10 +1,26 @@
 """Random sampling: rand/randn/randint(_like), randperm, bernoulli, multinomial, normal,
 uniform, exponential, log_normal, cauchy, geometric and random_.
 
-ONNX's random generators (RandomUniform(Like), RandomNormal(Like), Bernoulli, Multinomial)
-draw floats; other distributions are inverse-CDF transforms of uniform draws. Values cannot
-match torch's generator, only the distribution, shape and dtype: ``generator`` arguments are
-accepted and ignored. Dropout lives with the other layers in nn.py.
+ONNX's random generators (RandomUniform(Like), RandomNormal(Like), Multinomial) draw floats;
+other distributions are inverse-CDF transforms of uniform draws. Values cannot match torch's
+generator, only the distribution, shape and dtype: ``generator`` arguments are accepted and
+ignored. Dropout lives with the other layers in nn.py.
+
+Which generator: onnxruntime's CPU provider has kernels for the generators' opset-1 (Multinomial:
+opset-7) revisions only; their opset-22 revisions (which added bfloat16) have none, and a model
+has one opset, so from opset 22 on (``_kernels.NO_KERNEL_FROM``) the draws come from a
+counter-based generator built of integer ops it does run:
+
+- the seed: 63 random bits, the mask of one training-mode ``Dropout`` (ratio 0.5) over 63 ones.
+  onnxruntime's Dropout draws from its process-wide generator, so, like RandomUniform without a
+  ``seed`` attribute, every run of the model (and every random op in it) gets fresh numbers;
+- the stream: SplitMix64 over the element index, ``mix(seed + (index * streams + k) * gamma)``
+  (uint64 Mul/Add/BitShift/BitwiseXor, which wrap modulo 2**64), the top 24 (float32) or 53
+  (float64) bits of each word scaled into [0, 1);
+- normal draws: Box-Muller over two streams; the rest are the same transforms as below.
+
+``COUNTER_KERNELS`` lists every op and dtype the generator uses, so a test can check each against
+onnxruntime's kernel list at every opset.
 """
 
 from __future__ import annotations
@@ -12,10 +28,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _kernels
 from exporter.ops import _layout as L
 from exporter.ops._registry import translates
 
@@ -32,8 +50,15 @@ def _shape_value(ctx, size: Any) -> ir.Value:
     return ctx.ints(size)
 
 
+def _native(ctx, op_type: str) -> bool:
+    """Whether onnxruntime runs ONNX's own ``op_type`` generator at the target opset."""
+    return _kernels.has_kernel(op_type, opset=ctx.opset)
+
+
 def _like(ctx, op_type: str, like: ir.Value, dtype: torch.dtype, **attributes) -> ir.Value:
     """RandomUniformLike/RandomNormalLike shaped like ``like``, drawn in ``dtype``."""
+    if not _native(ctx, op_type):
+        return _counter_draw(ctx, op_type, ctx.op.Shape(like), dtype, **attributes)
     out = getattr(ctx.op, op_type)(like, dtype=_dtypes.to_ir(dtype), **attributes)
     out.dtype = _dtypes.to_ir(dtype)
     return out
@@ -41,6 +66,8 @@ def _like(ctx, op_type: str, like: ir.Value, dtype: torch.dtype, **attributes) -
 
 def _sized(ctx, op_type: str, size: Any, dtype: torch.dtype, **attributes) -> ir.Value:
     """A draw of a given size: one RandomUniform/RandomNormal when static, else via a shape."""
+    if not _native(ctx, op_type):
+        return _counter_draw(ctx, op_type, _shape_value(ctx, size), dtype, **attributes)
     if isinstance(size, ir.Value) or not all(isinstance(d, int) for d in size):
         zeros = L.constant_of_shape(ctx, _shape_value(ctx, size), 0, dtype)
         return _like(ctx, op_type + "Like", zeros, dtype, **attributes)
@@ -51,7 +78,115 @@ def _sized(ctx, op_type: str, size: Any, dtype: torch.dtype, **attributes) -> ir
     return out
 
 
-def _uniform_like(ctx, like: ir.Value, dtype: torch.dtype, low=0.0, high=1.0) -> ir.Value:
+# ------------------------------------------------------------- the counter-based generator
+u64 = torch.uint64
+#: SplitMix64's increment (2**64 / golden ratio) and its two finaliser multipliers.
+_GAMMA = 0x9E3779B97F4A7C15
+_MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None))
+#: Random bits in a seed: one Dropout mask bit each, summed as int64 powers of two.
+_SEED_BITS = 63
+#: (op, dtypes) of every node the counter-based generator and its transforms add.
+COUNTER_KERNELS: dict[str, tuple[torch.dtype, ...]] = {
+    "Dropout": (torch.float32,),
+    "ConstantOfShape": (torch.float32,),
+    "ReduceSum": (i64,),
+    "ReduceProd": (i64,),
+    "Range": (i64,),
+    "Reshape": (i64,),
+    "Shape": (torch.float32, torch.float64, i64),
+    "Cast": (torch.bool, i64, u64),
+    "Mul": (u64, torch.float32, torch.float64, i64),
+    "Add": (u64, torch.float32, torch.float64),
+    "BitShift": (u64,),
+    "BitwiseXor": (u64,),
+    "Log": (torch.float32, torch.float64),
+    "Sqrt": (torch.float32, torch.float64),
+    "Cos": (torch.float32, torch.float64),
+    # multinomial with replacement (inverse CDF)
+    "CumSum": (torch.float32,),
+    "Gather": (torch.float32,),
+    "Concat": (i64,),
+    "Unsqueeze": (torch.float32,),
+    "LessOrEqual": (torch.float32,),
+    "Min": (i64,),
+    "Sub": (i64,),
+}
+
+
+def _seed(ctx) -> ir.Value:
+    """A fresh uint64 seed per run: the mask of a training-mode Dropout over ones."""
+    ones = ctx.op.ConstantOfShape(
+        ctx.const([_SEED_BITS], i64), value=ir.tensor(np.ones(1, np.float32))
+    )
+    ones.dtype = ir.DataType.FLOAT
+    _, mask = ctx.op.Dropout(
+        ones, ctx.const(0.5, torch.float32), ctx.const(True, torch.bool), _outputs=2
+    )
+    mask.dtype = ir.DataType.BOOL
+    weights = ctx.const([1 << k for k in range(_SEED_BITS)], i64)
+    bits = ctx.op.ReduceSum(ctx.op.Mul(ctx.cast(mask, i64), weights), keepdims=0)
+    bits.dtype = ir.DataType.INT64
+    return ctx.cast(bits, u64)
+
+
+def _random_words(ctx, shape: ir.Value, streams: int = 1) -> list[ir.Value]:
+    """``streams`` tensors of independent uniformly random uint64 words shaped ``shape``."""
+    count = ctx.op.ReduceProd(shape, keepdims=0)
+    count.dtype = ir.DataType.INT64
+    index = ctx.op.Range(ctx.const(0, i64), count, ctx.const(1, i64))
+    index.dtype = ir.DataType.INT64
+    # allowzero: a 0 in the shape is an empty dimension, not "copy the input's".
+    index = ctx.cast(ctx.op.Reshape(index, shape, allowzero=1), u64)
+    seed = _seed(ctx)
+    words = []
+    for k in range(streams):
+        counter = ctx.op.Add(ctx.op.Mul(index, ctx.const(streams, u64)), ctx.const(k, u64))
+        z = ctx.op.Add(seed, ctx.op.Mul(counter, ctx.const(_GAMMA, u64)))
+        for shift, multiplier in _MIX:
+            z = ctx.op.BitwiseXor(z, ctx.op.BitShift(z, ctx.const(shift, u64), direction="RIGHT"))
+            if multiplier is not None:
+                z = ctx.op.Mul(z, ctx.const(multiplier, u64))
+        z.dtype = ir.DataType.UINT64
+        words.append(z)
+    return words
+
+
+def _unit(ctx, word: ir.Value, dtype: torch.dtype, *, open_low: bool = False) -> ir.Value:
+    """A uniform float in [0, 1) from a random word's top bits (its mantissa's worth); in
+    (0, 1) with ``open_low`` (half a step up, so logarithms stay finite)."""
+    bits = 53 if dtype is torch.float64 else 24
+    top = ctx.cast(ctx.op.BitShift(word, ctx.const(64 - bits, u64), direction="RIGHT"), dtype)
+    if open_low:
+        top = ctx.op.Add(top, ctx.const(0.5, dtype))
+    return ctx.op.Mul(top, ctx.const(2.0**-bits, dtype))
+
+
+def _counter_draw(ctx, op_type: str, shape: ir.Value, dtype: torch.dtype, **attributes):
+    """RandomUniform(Like)/RandomNormal(Like) with the same attributes, from the counter-based
+    generator."""
+    if op_type.startswith("RandomUniform"):
+        low, high = float(attributes.get("low", 0.0)), float(attributes.get("high", 1.0))
+        (word,) = _random_words(ctx, shape)
+        u = _unit(ctx, word, dtype)
+        if (low, high) == (0.0, 1.0):
+            return u
+        return ctx.op.Add(ctx.const(low, dtype), ctx.op.Mul(u, ctx.const(high - low, dtype)))
+    mean, scale = float(attributes.get("mean", 0.0)), float(attributes.get("scale", 1.0))
+    first, second = _random_words(ctx, shape, streams=2)
+    # Box-Muller: sqrt(-2 log u1) cos(2 pi u2) is standard normal for independent uniforms.
+    radius = ctx.op.Sqrt(
+        ctx.op.Mul(ctx.const(-2.0, dtype), ctx.op.Log(_unit(ctx, first, dtype, open_low=True)))
+    )
+    angle = ctx.op.Mul(_unit(ctx, second, dtype), ctx.const(2 * math.pi, dtype))
+    noise = ctx.op.Mul(radius, ctx.op.Cos(angle))
+    if (mean, scale) == (0.0, 1.0):
+        return noise
+    return ctx.op.Add(ctx.const(mean, dtype), ctx.op.Mul(noise, ctx.const(scale, dtype)))
+
+
+def uniform_like(ctx, like: ir.Value, dtype: torch.dtype, low=0.0, high=1.0) -> ir.Value:
+    """Uniform draws in [low, high) shaped like ``like``, in ``dtype`` (float32 or float64),
+    from whichever generator onnxruntime runs at the target opset."""
     return _like(ctx, "RandomUniformLike", like, dtype, low=float(low), high=float(high))
 
 
@@ -81,7 +216,7 @@ def rand_like(
     memory_format=None,
 ):
     out = ctx.out_dtype
-    return ctx.cast(_uniform_like(ctx, self, _draw_dtype(out)), out)
+    return ctx.cast(uniform_like(ctx, self, _draw_dtype(out)), out)
 
 
 @translates(aten.randn_like.default, aten.randn_like.generator)
@@ -144,7 +279,7 @@ def randint_like(
     pin_memory=None,
     memory_format=None,
 ):
-    return _integers(ctx, _uniform_like(ctx, self, torch.float64), 0, high)
+    return _integers(ctx, uniform_like(ctx, self, torch.float64), 0, high)
 
 
 @translates(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype)
@@ -161,7 +296,7 @@ def randint_like_low(
     pin_memory=None,
     memory_format=None,
 ):
-    return _integers(ctx, _uniform_like(ctx, self, torch.float64), low, high)
+    return _integers(ctx, uniform_like(ctx, self, torch.float64), low, high)
 
 
 @translates(aten.random.default, aten.random.to, getattr(aten.random, "from"))
@@ -190,7 +325,7 @@ def random_(ctx, self, from_or_to=None, to=None, *, generator=None):
                 else torch.iinfo(dtype).max
             )
         )
-    return _integers(ctx, _uniform_like(ctx, self, torch.float64), low, high)
+    return _integers(ctx, uniform_like(ctx, self, torch.float64), low, high)
 
 
 @translates(aten.randperm.default, aten.randperm.generator)
@@ -213,7 +348,7 @@ def bernoulli(ctx, self, *, generator=None):
 def bernoulli_p(ctx, self, p, *, generator=None):
     out = ctx.out_dtype
     work = _draw_dtype(ctx.dtype(p)) if isinstance(p, ir.Value) else torch.float32
-    uniform = _uniform_like(ctx, self, work)
+    uniform = uniform_like(ctx, self, work)
     probability = ctx.cast(p, work) if isinstance(p, ir.Value) else ctx.const(float(p), work)
     return ctx.cast(ctx.op.Less(uniform, probability), out)
 
@@ -225,7 +360,9 @@ def multinomial(ctx, self, num_samples, replacement=False, *, generator=None):
     if rank == 1:
         probabilities = ctx.op.Unsqueeze(probabilities, ctx.const([0], i64))
     log_p = ctx.op.Log(probabilities)
-    if replacement:
+    if replacement and not _native(ctx, "Multinomial"):
+        samples = _inverse_cdf_samples(ctx, probabilities, num_samples)
+    elif replacement:
         if not isinstance(num_samples, int):
             raise NotImplementedError(
                 "multinomial with replacement needs a static num_samples (ONNX Multinomial "
@@ -235,7 +372,7 @@ def multinomial(ctx, self, num_samples, replacement=False, *, generator=None):
         samples.dtype = ir.DataType.INT64
     else:
         # Gumbel-top-k: the k largest of log p + Gumbel noise are a draw without replacement.
-        uniform = _uniform_like(ctx, log_p, torch.float32, low=1e-20, high=1.0)
+        uniform = uniform_like(ctx, log_p, torch.float32, low=1e-20, high=1.0)
         gumbel = ctx.op.Neg(ctx.op.Log(ctx.op.Neg(ctx.op.Log(uniform))))
         _, samples = ctx.op.TopK(
             ctx.op.Add(log_p, gumbel),
@@ -249,6 +386,24 @@ def multinomial(ctx, self, num_samples, replacement=False, *, generator=None):
     if rank == 1:
         samples = ctx.op.Squeeze(samples, ctx.const([0], i64))
     return samples
+
+
+def _inverse_cdf_samples(ctx, probabilities: ir.Value, num_samples) -> ir.Value:
+    """``num_samples`` draws with replacement per row of ``[rows, categories]`` weights: the
+    number of cumulative weights at or below ``u * total`` is category j with probability
+    ``p_j / total`` (a zero weight is never drawn)."""
+    cdf = ctx.op.CumSum(probabilities, ctx.const(1, i64))
+    total = ctx.op.Gather(cdf, ctx.const([-1], i64), axis=1)
+    rows = ctx.op.Shape(probabilities, start=0, end=1)
+    shape = ctx.op.Concat(rows, ctx.ints([num_samples]), axis=0)
+    uniform = _sized(ctx, "RandomUniform", shape, torch.float32)
+    target = ctx.op.Unsqueeze(ctx.op.Mul(uniform, total), ctx.const([2], i64))
+    below = ctx.op.LessOrEqual(ctx.op.Unsqueeze(cdf, ctx.const([1], i64)), target)
+    index = ctx.op.ReduceSum(ctx.cast(below, i64), ctx.const([2], i64), keepdims=0)
+    index.dtype = ir.DataType.INT64
+    # A product rounded up to the total counts every category; the last one is meant.
+    last = ctx.op.Sub(ctx.op.Shape(probabilities, start=1, end=2), ctx.const([1], i64))
+    return ctx.op.Min(index, last)
 
 
 # -------------------------------------------------------------------------- distributions
@@ -295,12 +450,12 @@ def normal_functional(ctx, self, mean=0.0, std=1.0, *, generator=None):
 @translates(aten.uniform.default)
 def uniform(ctx, self, from_=0.0, to=1.0, *, generator=None):
     out = ctx.out_dtype
-    return ctx.cast(_uniform_like(ctx, self, _draw_dtype(out), low=from_, high=to), out)
+    return ctx.cast(uniform_like(ctx, self, _draw_dtype(out), low=from_, high=to), out)
 
 
 def _open_uniform(ctx, self, work):
     """Uniform draws in (0, 1): logarithms of them stay finite."""
-    return _uniform_like(ctx, self, work, low=torch.finfo(work).tiny, high=1.0)
+    return uniform_like(ctx, self, work, low=torch.finfo(work).tiny, high=1.0)
 
 
 @translates(aten.exponential.default)

@@ -10,7 +10,9 @@ from exporter.diagnostics.compare import (
     SCALE,
     align_vector_signs,
     compare_arrays,
+    compare_distributions,
     compare_outputs,
+    ks_statistic,
     load_policy,
 )
 
@@ -121,11 +123,76 @@ def test_policy_overrides_and_shape_only_come_from_data(tmp_path):
     assert policy.is_shape_only("bernoulli") and not policy.is_shape_only("abs")
 
 
-def test_policy_lists_random_ops_as_shape_only():
+def test_policy_judges_random_ops_by_distribution():
     policy = load_policy(OP_TOLERANCES_PATH)
     for op in ("bernoulli", "normal", "nn.functional.dropout", "rand_like", "multinomial"):
-        assert policy.is_shape_only(op), op
-    assert not policy.is_shape_only("nn.functional.normalize")
+        assert policy.is_distribution(op) and not policy.is_shape_only(op), op
+    assert policy.is_shape_only("empty") and not policy.is_distribution("empty")
+    assert not policy.is_distribution("nn.functional.normalize")
+
+
+# ----------------------------------------------------------------- the distribution rule
+def _draws(sampler, draws=4, size=1000):
+    return [[sampler(size)] for _ in range(draws)]
+
+
+def test_distribution_rule_passes_draws_of_one_distribution():
+    rng = np.random.default_rng(0)
+    for sampler in (
+        lambda n: rng.normal(size=n).astype(np.float32),
+        lambda n: rng.standard_cauchy(size=n),
+        lambda n: (rng.random(n) < 0.3).astype(np.float32),
+        lambda n: rng.integers(2, 9, size=n),
+    ):
+        result = compare_distributions(_draws(sampler), _draws(sampler))
+        assert result.ok, result.message
+    # Two outputs, one draw each side: constant outputs must agree exactly.
+    ones = [np.ones(50, np.float32), rng.random(4000)]
+    assert compare_distributions([ones], [[np.ones(50, np.float32), rng.random(4000)]]).ok
+
+
+@pytest.mark.parametrize(
+    ("wrong", "statistic"),
+    [
+        (lambda rng, n: rng.random(n), "KS"),  # uniform [0, 1) for a standard normal
+        (lambda rng, n: rng.normal(0.2, 1.0, size=n), "mean"),
+        (lambda rng, n: rng.normal(0.0, 1.3, size=n), "variance"),
+    ],
+)
+def test_distribution_rule_fails_a_wrong_distribution(wrong, statistic):
+    rng = np.random.default_rng(1)
+    expected = _draws(lambda n: rng.normal(size=n))
+    result = compare_distributions(expected, _draws(lambda n: wrong(rng, n)))
+    assert not result.ok and statistic in result.message, result.message
+
+
+def test_distribution_rule_checks_shapes_dtypes_and_nans():
+    a = np.zeros((2, 3), np.float32)
+    assert "shape" in compare_distributions([[a]], [[np.zeros((3, 2), np.float32)]]).message
+    assert "dtype" in compare_distributions([[a]], [[a.astype(np.float64)]]).message
+    nan = a.copy()
+    nan[0, 0] = np.nan
+    assert "NaN" in compare_distributions([[a]], [[nan]]).message
+    assert not compare_distributions([[a]], [[a, a]]).ok
+
+
+def test_distribution_rule_false_failure_rate_is_small():
+    """200 pairs of small samples of one distribution: at 1e-6 per statistic none fails."""
+    rng = np.random.default_rng(2)
+    passed = [
+        compare_distributions([[rng.exponential(size=200)]], [[rng.exponential(size=200)]]).ok
+        for _ in range(200)
+    ]
+    assert all(passed)
+
+
+def test_ks_statistic():
+    a = np.arange(10.0)
+    assert ks_statistic(a, a) == 0.0
+    assert ks_statistic(a, a + 100) == 1.0
+    assert ks_statistic(np.array([0.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0])) == pytest.approx(
+        1 / 3
+    )
 
 
 def test_vectors_are_compared_up_to_a_paired_sign():
@@ -203,3 +270,33 @@ def test_histogram_counts_finite_errors_per_bin():
 def test_an_unknown_rule_is_an_error():
     with pytest.raises(ValueError, match="unknown comparison rule"):
         compare_arrays(np.ones(2), np.ones(2), rtol=0, atol=0, rule="relative")
+
+
+def test_distribution_rule_tolerates_rounding_in_deterministic_parts():
+    """The same values on both sides, off by rounding: KS counts values within the tolerance as
+    equal, so a repeated (non-random) output passes with a tolerance and fails without one."""
+    values = np.array([0.5, 1.0, 2.0])
+    expected = [[values] for _ in range(400)]
+    actual = [[values * (1 + 1e-6)] for _ in range(400)]
+    assert compare_distributions(expected, actual, rtol=1e-5, atol=1e-5).ok
+    assert "KS" in compare_distributions(expected, actual).message
+    assert ks_statistic(values, values + 1e-6, atol=1e-5) == 0.0
+
+
+def test_distribution_rule_widens_for_values_that_move_together():
+    """Feature dropout keeps or drops whole channels: 30 draws of 36 channels x 36 values are
+    1080 coin flips, not 38880 values. Counted as independent values, the KS bound would be far
+    too tight; the design effect the draws show widens it."""
+    rng = np.random.default_rng(3)
+
+    def draw(p=0.5):
+        keep = rng.random((36, 1)) < p
+        return [np.broadcast_to(keep, (36, 36)).astype(np.float32) * 2.0]
+
+    passed = [
+        compare_distributions([draw() for _ in range(30)], [draw() for _ in range(30)]).ok
+        for _ in range(30)
+    ]
+    assert all(passed)
+    wrong = [draw(0.8) for _ in range(30)]
+    assert not compare_distributions([draw() for _ in range(30)], wrong).ok
