@@ -80,6 +80,7 @@ def export(
             # (transformers' own exporter registers its own); registering ours now would
             # change how its caller flattens caches from here on.
             _caches.register(args, kwargs)
+            _caches.check_keyed_inputs(args if isinstance(args, tuple) else (args,), kwargs)
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
         opset = _opset_convert.check(opset_version)

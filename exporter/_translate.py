@@ -127,6 +127,8 @@ def lookup(registry: Registry, target: Any) -> Translation | None:
 
 def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
     for node in graph_module.graph.nodes:
+        if any(_is_float4(n) for n in (node, *node.all_input_nodes)):
+            _check_float4(node)
         for meta in _flatten([node.meta.get("val")]):
             if not isinstance(meta, torch.Tensor):
                 continue
@@ -146,6 +148,31 @@ def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
             sub = getattr(graph_module, node.target, None)
             if isinstance(sub, torch.fx.GraphModule):
                 _check_dtypes(sub)
+
+
+def _is_float4(node: torch.fx.Node) -> bool:
+    return getattr(node.meta.get("val"), "dtype", None) is _dtypes.FLOAT4_X2
+
+
+def _check_float4(node: torch.fx.Node) -> None:
+    """A float4 value goes in, out, and through the ops that keep it as it is; any other op
+    that makes or reads one is refused by name."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return
+    target = str(node.target)
+    same = all(_is_float4(n) for n in (node, *node.all_input_nodes))
+    if target in _dtypes.FLOAT4_PASSTHROUGH and same:
+        return
+    source = _errors.user_source_line(node.meta.get("stack_trace"))
+    where = f" at {source}" if source else ""
+    raise _dtypes.UnsupportedDtypeError(
+        f"FX node {node.name}{where} computes {target} on torch.float4_e2m1fn_x2 tensors, which "
+        f"the exporter does not express in ONNX: it carries float4 tensors (as FLOAT4E2M1 of "
+        f"the unpacked shape) into and out of the graph, as weights, and through "
+        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))}, not through views that move or "
+        f"split the packed pairs or bitcasts to bytes. Keep that computation outside the "
+        f"exported model, or pass its result as the input."
+    )
 
 
 def lookup_for_node(registry: Registry, node: torch.fx.Node, target: Any) -> Translation | None:
@@ -349,7 +376,7 @@ class Translator:
                 dtype = _dtypes.COMPLEX_TO_REAL[dtype]
                 shape.append(2)
             value.dtype = _dtypes.to_ir(dtype)
-            value.shape = self.names.shape(shape)
+            value.shape = self.names.shape(_dtypes.onnx_shape(dtype, shape))
         elif isinstance(meta, (torch.SymInt, int)) and not isinstance(meta, bool):
             value.dtype = ir.DataType.INT64
             value.shape = ir.Shape([])
@@ -398,7 +425,7 @@ class Translator:
         t = tensor.detach()
         if t.is_complex():
             t = torch.view_as_real(t)
-        value.const_value = ir.tensor_adapters.TorchTensor(t.contiguous(), name=value.name)
+        value.const_value = _dtypes.ir_tensor(t.contiguous(), name=value.name)
         root = scope
         while root.parent is not None:
             root = root.parent
@@ -574,6 +601,18 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 # --------------------------------------------------------------------- program level
+def _check_float4_opset(program: torch.export.ExportedProgram, opset: int) -> None:
+    if opset >= _dtypes.FLOAT4_OPSET:
+        return
+    for node in program.graph.nodes:
+        if _is_float4(node):
+            raise _dtypes.UnsupportedDtypeError(
+                f"FX value {node.name} is a torch.float4_e2m1fn_x2 tensor, and ONNX has "
+                f"FLOAT4E2M1 from opset {_dtypes.FLOAT4_OPSET} on; opset_version={opset} "
+                f"cannot carry it. Export with opset_version={_dtypes.FLOAT4_OPSET} or later."
+            )
+
+
 def translate_program(
     program: torch.export.ExportedProgram,
     registry: Registry,
@@ -583,6 +622,7 @@ def translate_program(
     names: SymbolNames,
     root_class: str,
 ) -> ir.Model:
+    _check_float4_opset(program, opset)
     translator = Translator(registry, opset, metadata=metadata, names=names, root_class=root_class)
     graph = ir.Graph(inputs=[], outputs=[], nodes=[], name="main_graph")
     scope = GraphScope(translator, graph, parent=None)
