@@ -19,6 +19,7 @@ from exporter import (
     _capture,
     _capture_patches,
     _decompose,
+    _dtypes,
     _dynamic_shapes,
     _opset_convert,
     _passes,
@@ -84,6 +85,8 @@ def export(
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
         opset = _opset_convert.check(opset_version)
+        if opset_version is None:
+            opset = _dtypes.default_opset_for(model, args_tuple, kwargs, opset)
         record.opset = opset
         _validate.check_verify(verify)
         if report or dump_exported_program or profile:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import warnings
 from typing import Any
 
 import ml_dtypes
@@ -72,6 +73,28 @@ FLOAT4_PASSTHROUGH = frozenset(
         "aten.contiguous.default",
     ]
 )
+
+
+def default_opset_for(model: Any, args: Any, kwargs: Any, default: int) -> int:
+    """The opset an export without ``opset_version`` takes: ``default``, or the first opset
+    with FLOAT4E2M1 when float4 tensors are among the inputs or weights (with a warning)."""
+    if default >= FLOAT4_OPSET:
+        return default
+    tensors = [*torch.utils._pytree.tree_leaves((args, kwargs))]
+    if isinstance(model, torch.nn.Module):
+        tensors += [*model.parameters(), *model.buffers()]
+    elif isinstance(model, torch.export.ExportedProgram):
+        tensors += [*model.state_dict.values(), *model.constants.values()]
+    if not any(getattr(t, "dtype", None) is FLOAT4_X2 for t in tensors):
+        return default
+    warnings.warn(
+        f"exporting at opset {FLOAT4_OPSET}, not the default {default}: the model holds "
+        f"torch.float4_e2m1fn_x2 tensors, and ONNX has FLOAT4E2M1 from opset {FLOAT4_OPSET} on. "
+        f"Pass opset_version to choose.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return FLOAT4_OPSET
 
 
 def onnx_shape(dtype: torch.dtype, shape: list[Any]) -> list[Any]:

@@ -111,3 +111,9 @@ def test_a_bitcast_of_float4_to_bytes_is_refused_by_name():
         match=r"computes aten\.view\.dtype on torch\.float4_e2m1fn_x2",
     ):
         exporter.export(Bitcast().eval(), (_X,), opset_version=23)
+
+
+def test_without_an_opset_float4_weights_or_inputs_export_at_opset_23_with_a_warning():
+    with pytest.warns(UserWarning, match=r"exporting at opset 23, not the default"):
+        program = exporter.export(PassThrough().eval(), (_X, torch.ones(2)))
+    assert program.model.opset_imports[""] == 23
