@@ -60,9 +60,9 @@ _UNSUPPORTED_WHY = {
 FLOAT4_X2 = torch.float4_e2m1fn_x2
 #: The first opset whose Cast, Identity, Reshape... take FLOAT4E2M1.
 FLOAT4_OPSET = 23
-#: The torch ops the exporter carries float4 tensors through: the value itself, unchanged. Any
-#: other computation on them (a view that moves or splits the packed pairs, a bitcast to
-#: bytes) is refused by name.
+#: The torch ops the exporter carries float4 tensors through: the value itself, unchanged. Also
+#: ``view(torch.uint8)`` and back (exporter.ops._float4). Any other computation on them (a view
+#: that moves or splits the packed pairs, zeros of float4) is refused by name.
 FLOAT4_PASSTHROUGH = frozenset(
     [
         "aten.clone.default",

@@ -163,14 +163,18 @@ def _check_float4(node: torch.fx.Node) -> None:
     same = all(_is_float4(n) for n in (node, *node.all_input_nodes))
     if target in _dtypes.FLOAT4_PASSTHROUGH and same:
         return
+    dtypes = {getattr(n.meta.get("val"), "dtype", None) for n in (node, *node.all_input_nodes)}
+    if target == "aten.view.dtype" and dtypes == {_dtypes.FLOAT4_X2, torch.uint8}:
+        return  # its bytes, computed from the values (exporter.ops._float4)
     source = _errors.user_source_line(node.meta.get("stack_trace"))
     where = f" at {source}" if source else ""
     raise _dtypes.UnsupportedDtypeError(
         f"FX node {node.name}{where} computes {target} on torch.float4_e2m1fn_x2 tensors, which "
         f"the exporter does not express in ONNX: it carries float4 tensors (as FLOAT4E2M1 of "
         f"the unpacked shape) into and out of the graph, as weights, and through "
-        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))}, not through views that move or "
-        f"split the packed pairs or bitcasts to bytes. Keep that computation outside the "
+        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))} and tensor.view(torch.uint8) (its "
+        f"bytes) and back, not through views that move or split the packed pairs or other "
+        f"computations. Keep that computation outside the "
         f"exported model, or pass its result as the input."
     )
 
