@@ -21,6 +21,14 @@ work until their window fills: a full window rolls instead of writing at the pos
 the graph does not do, so such a cache is refused as an input (and a write past the window
 fails in onnxruntime rather than computing something else).
 
+A pytree registration is process-wide and the first one stands: where other code registered a
+cache class first (transformers' ``register_cache_pytrees_for_model`` flattens a DynamicCache
+to ``[k0, v0, k1, v1, ...]`` with a context of its own), that flattening is used, its tensors
+still get the names above (found by rebuilding the cache around marker tensors), and
+``dynamic_shapes`` for the cache follows its flat form. Leaves of any other node that is not a
+tuple, list, dict or ModelOutput (a user's type) are named after their key path from the
+registration's ``flatten_with_keys_fn``, or by position without one (``leaf_paths``).
+
 A cache flattens to what fully describes it or not at all: a layer type whose state is more
 than its keys and values (a dynamic sliding window that has already slid, quantized or
 offloaded layers) is refused with an error, since a graph rebuilt from the tensors alone would
