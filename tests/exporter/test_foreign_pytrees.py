@@ -132,6 +132,31 @@ def test_flat_dynamic_shapes_of_the_wrong_length_name_the_registration(transform
         )
 
 
+def test_an_encoder_decoder_cache_registered_by_transformers_names_its_parts(
+    transformers_registration,
+):
+    from tests.exporter.test_transformers_exporter import _t5, _t5_inputs
+
+    torch.manual_seed(0)
+    model = _t5().eval()
+    inputs = {**_t5_inputs(), "use_cache": True}
+    program = exporter.export(model, (), kwargs=inputs)
+    parts = [
+        f"present.{i}.{part}.{k}"
+        for part in ("decoder", "encoder")
+        for i in range(2)
+        for k in ("key", "value")
+    ]
+    assert _names(program)[1] == ["logits", *parts, "encoder_last_hidden_state"]
+    with torch.no_grad():
+        expected = model(**inputs)
+    got = program.unflatten_outputs(program(**inputs))
+    torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+    _assert_cache_close(
+        got.past_key_values.cross_attention_cache, expected.past_key_values.cross_attention_cache
+    )
+
+
 def test_transformers_helper_after_the_exporter_registered_keeps_one_flattening():
     """The exporter registered first (any earlier export in the process): transformers' helper
     keeps the registration it finds, and the flat form of dynamic_shapes is the same."""
