@@ -61,8 +61,9 @@ FLOAT4_X2 = torch.float4_e2m1fn_x2
 #: The first opset whose Cast, Identity, Reshape... take FLOAT4E2M1.
 FLOAT4_OPSET = 23
 #: The torch ops the exporter carries float4 tensors through: the value itself, unchanged. Also
-#: ``view(torch.uint8)`` and back (exporter.ops._float4). Any other computation on them (a view
-#: that moves or splits the packed pairs, zeros of float4) is refused by name.
+#: ``view(torch.uint8)`` and back (exporter.ops._float4) and FLOAT4_MOVES. Any other
+#: computation on them (arithmetic, which torch has no kernels for, zeros of float4) is refused
+#: by name.
 FLOAT4_PASSTHROUGH = frozenset(
     [
         "aten.clone.default",
@@ -71,6 +72,33 @@ FLOAT4_PASSTHROUGH = frozenset(
         "aten.lift_fresh_copy.default",
         "aten._to_copy.default",
         "aten.contiguous.default",
+    ]
+)
+
+
+#: Ops that only move, select or repeat whole elements: on float4 pairs they do what they do on
+#: the pairs' bytes, so the exporter runs them on the bytes (exporter._translate).
+FLOAT4_MOVES = frozenset(
+    [
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.cat.default",
+        "aten.stack.default",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.narrow.default",
+        "aten.index_select.default",
+        "aten.permute.default",
+        "aten.t.default",
+        "aten.transpose.int",
+        "aten.expand.default",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.unsqueeze.default",
+        "aten.flatten.using_ints",
+        "aten.repeat.default",
+        "aten.flip.default",
     ]
 )
 

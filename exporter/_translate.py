@@ -163,6 +163,8 @@ def _check_float4(node: torch.fx.Node) -> None:
     same = all(_is_float4(n) for n in (node, *node.all_input_nodes))
     if target in _dtypes.FLOAT4_PASSTHROUGH and same:
         return
+    if target in _dtypes.FLOAT4_MOVES and _is_float4(node):
+        return  # run on the pairs' bytes (Translator._call_on_bytes)
     dtypes = {getattr(n.meta.get("val"), "dtype", None) for n in (node, *node.all_input_nodes)}
     if target == "aten.view.dtype" and dtypes == {_dtypes.FLOAT4_X2, torch.uint8}:
         return  # its bytes, computed from the values (exporter.ops._float4)
@@ -172,9 +174,9 @@ def _check_float4(node: torch.fx.Node) -> None:
         f"FX node {node.name}{where} computes {target} on torch.float4_e2m1fn_x2 tensors, which "
         f"the exporter does not express in ONNX: it carries float4 tensors (as FLOAT4E2M1 of "
         f"the unpacked shape) into and out of the graph, as weights, and through "
-        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))} and tensor.view(torch.uint8) (its "
-        f"bytes) and back, not through views that move or split the packed pairs or other "
-        f"computations. Keep that computation outside the "
+        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))}, ops that move whole elements "
+        f"(reshape, cat, slice, permute...) and tensor.view(torch.uint8) (its bytes) and back, "
+        f"not through other computations. Keep that computation outside the "
         f"exported model, or pass its result as the input."
     )
 
@@ -479,6 +481,12 @@ class Translator:
         """Translate ``target(*args, **kwargs)`` for ``node`` whose output metadata is ``meta``."""
         if is_noop_target(target):
             return None
+        if (
+            str(target) in _dtypes.FLOAT4_MOVES
+            and isinstance(meta, torch.Tensor)
+            and meta.dtype is _dtypes.FLOAT4_X2
+        ):
+            return self._call_on_bytes(scope, node, target, args, kwargs, meta)
         translation = lookup_for_node(self.registry, node, target)
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
@@ -528,6 +536,40 @@ class Translator:
                 n.name = self.fresh_name(
                     f"node_{node.name}" if i == len(ctx.nodes) - 1 else f"node_{node.name}_{i}"
                 )
+        return result
+
+    def _call_on_bytes(
+        self,
+        scope: GraphScope,
+        node: torch.fx.Node,
+        target: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        meta: torch.Tensor,
+    ) -> ir.Value:
+        """An op that moves whole float4 pairs, run on their bytes: the float4 inputs become
+        bytes, the op's own translation runs on those, and its result becomes float4 again."""
+        from exporter.ops import _float4
+
+        ctx = TranslationContext(scope, node)
+
+        def to_bytes(value: Any) -> Any:
+            if isinstance(value, ir.Value) and value.dtype == ir.DataType.FLOAT4E2M1:
+                packed = _float4.to_bytes(ctx, value)
+                self.set_type(packed, self.value_meta[value].view(torch.uint8))
+                return packed
+            if isinstance(value, (list, tuple)):
+                return type(value)(to_bytes(item) for item in value)
+            return value
+
+        args = [to_bytes(arg) for arg in args]
+        moved = self._call_op(scope, node, target, args, kwargs, meta.view(torch.uint8))
+        result = _float4.from_bytes(ctx, moved)
+        result.name = self.fresh_name(f"{node.name}_float4")
+        self.set_type(result, meta)
+        for i, n in enumerate(ctx.nodes):
+            if n.name is None:
+                n.name = self.fresh_name(f"node_{node.name}_float4_{i}")
         return result
 
     def _finish_outputs(

@@ -3,8 +3,9 @@
 torch packs the first of each pair in the low nibble (torch.testing's ``pack_uint4``), and ONNX
 stores FLOAT4E2M1 two values per byte, the first in the low nibble too: the bytes are the same
 and the ONNX shape's last dim is twice torch's. Inputs, outputs, weights, the ops that carry
-a value unchanged, and ``view(torch.uint8)`` and back (bytes computed from the values) export at
-opset 23 and later; other computations on float4 tensors, and older opsets, are refused by name.
+a value unchanged, ``view(torch.uint8)`` and back (bytes computed from the values) and ops that
+move whole pairs (run on those bytes) export at opset 23 and later; other computations on
+float4 tensors, and older opsets, are refused by name.
 
 onnxruntime 1.31 has no CPU kernel that takes FLOAT4E2M1 except com.microsoft's
 GatherBlockQuantized (not even Identity): where it has none, the graph is checked structurally
@@ -57,9 +58,25 @@ class FromBytes(torch.nn.Module):
         return (data ^ 0x11).view(torch.float4_e2m1fn_x2)
 
 
-class Transposed(torch.nn.Module):
+class SignedBytes(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.t()
+        return x.view(torch.int8)
+
+
+class Moves(torch.nn.Module):
+    """Ops that move whole elements: on float4 pairs they do what they do on the bytes."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return (
+            x.reshape(8, 6),
+            torch.cat([x, y], 1),
+            x[:, 1:3, 2:5],
+            x.transpose(0, 1),
+            x.permute(2, 0, 1),
+            x.index_select(1, torch.tensor([3, 0])),
+            x.unsqueeze(0).flatten(0, 1),
+            x.select(1, 2),
+        )
 
 
 #: Every byte: every pair of float4 codes, -0.0 (code 8) included.
@@ -135,12 +152,30 @@ def test_a_view_between_float4_and_its_bytes_is_computed_exactly(direction):
     assert _bytes(_dtypes.from_numpy(got)) == _bytes(module(example))
 
 
-def test_a_view_that_moves_the_packed_pairs_is_refused_by_name():
+def test_ops_that_move_whole_pairs_run_on_their_bytes():
+    x = (torch.arange(48, dtype=torch.uint8) * 5).reshape(2, 4, 6)
+    y = (torch.arange(12, dtype=torch.uint8) * 7).reshape(2, 1, 6)
+    float4 = (x.view(torch.float4_e2m1fn_x2), y.view(torch.float4_e2m1fn_x2))
+    program = exporter.export(Moves().eval(), float4, opset_version=23)
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    feeds = {"x": _dtypes.to_numpy(float4[0]), "y": _dtypes.to_numpy(float4[1])}
+    got = ReferenceEvaluator(program.model_proto).run(None, feeds)
+    expected = Moves()(x, y)  # the same ops on the bytes (torch has no float4 cat kernel)
+    assert len(got) == len(expected)
+    for value, want in zip(got, expected):
+        value = _dtypes.from_numpy(value)
+        assert value.dtype is torch.float4_e2m1fn_x2 and value.shape == want.shape
+        assert _bytes(value) == _bytes(want.contiguous())
+    # where torch has a float4 kernel, it moves the pairs as their bytes move
+    assert _bytes(float4[0].transpose(0, 1).contiguous()) == _bytes(expected[3].contiguous())
+
+
+def test_another_computation_on_float4_is_refused_by_name():
     with pytest.raises(
         _dtypes.UnsupportedDtypeError,
-        match=r"computes aten\.(t|permute|transpose)\.\w+ on torch\.float4_e2m1fn_x2",
+        match=r"computes aten\.view\.dtype on torch\.float4_e2m1fn_x2",
     ):
-        exporter.export(Transposed().eval(), (_X,), opset_version=23)
+        exporter.export(SignedBytes().eval(), (_X,), opset_version=23)
 
 
 def test_without_an_opset_float4_weights_or_inputs_export_at_opset_23_with_a_warning():
