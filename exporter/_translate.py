@@ -486,7 +486,15 @@ class Translator:
             and isinstance(meta, torch.Tensor)
             and meta.dtype is _dtypes.FLOAT4_X2
         ):
-            return self._call_on_bytes(scope, node, target, args, kwargs, meta)
+            return self._call_on_bytes(
+                scope,
+                node,
+                args,
+                meta,
+                lambda moved, moved_meta: self._call_op(
+                    scope, node, target, moved, kwargs, moved_meta
+                ),
+            )
         translation = lookup_for_node(self.registry, node, target)
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
@@ -539,16 +547,11 @@ class Translator:
         return result
 
     def _call_on_bytes(
-        self,
-        scope: GraphScope,
-        node: torch.fx.Node,
-        target: Any,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-        meta: torch.Tensor,
+        self, scope: GraphScope, node: torch.fx.Node, args: Sequence[Any], meta: Any, call: Any
     ) -> ir.Value:
         """An op that moves whole float4 pairs, run on their bytes: the float4 inputs become
-        bytes, the op's own translation runs on those, and its result becomes float4 again."""
+        bytes, the op's own translation (``call(args, output meta)``) runs on those, and its
+        result becomes float4 again."""
         from exporter.ops import _float4
 
         ctx = TranslationContext(scope, node)
@@ -563,7 +566,7 @@ class Translator:
             return value
 
         args = [to_bytes(arg) for arg in args]
-        moved = self._call_op(scope, node, target, args, kwargs, meta.view(torch.uint8))
+        moved = call(args, meta.view(torch.uint8))
         result = _float4.from_bytes(ctx, moved)
         result.name = self.fresh_name(f"{node.name}_float4")
         self.set_type(result, meta)
