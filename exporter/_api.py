@@ -19,6 +19,7 @@ from exporter import (
     _capture,
     _capture_patches,
     _decompose,
+    _dtypes,
     _dynamic_shapes,
     _opset_convert,
     _passes,
@@ -84,9 +85,12 @@ def export(
             # (transformers' own exporter registers its own); registering ours now would
             # change how its caller flattens caches from here on.
             _caches.register(args, kwargs)
+            _caches.check_keyed_inputs(args if isinstance(args, tuple) else (args,), kwargs)
         _validate.check_legacy(legacy)
         args_tuple, kwargs = _validate.check_inputs(model, args, kwargs, dynamo)
         opset = _opset_convert.check(opset_version)
+        if opset_version is None:
+            opset = _dtypes.default_opset_for(model, args_tuple, kwargs, opset)
         record.opset = opset
         _validate.check_verify(verify)
         _check_placement_provider(placement_provider, report)

@@ -21,6 +21,14 @@ work until their window fills: a full window rolls instead of writing at the pos
 the graph does not do, so such a cache is refused as an input (and a write past the window
 fails in onnxruntime rather than computing something else).
 
+A pytree registration is process-wide and the first one stands: where other code registered a
+cache class first (transformers' ``register_cache_pytrees_for_model`` flattens a DynamicCache
+to ``[k0, v0, k1, v1, ...]`` with a context of its own), that flattening is used, its tensors
+still get the names above (found by rebuilding the cache around marker tensors), and
+``dynamic_shapes`` for the cache follows its flat form. Leaves of any other node that is not a
+tuple, list, dict or ModelOutput (a user's type) are named after their key path from the
+registration's ``flatten_with_keys_fn``, or by position without one (``leaf_paths``).
+
 A cache flattens to what fully describes it or not at all: a layer type whose state is more
 than its keys and values (a dynamic sliding window that has already slid, quantized or
 offloaded layers) is refused with an error, since a graph rebuilt from the tensors alone would
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -100,11 +109,13 @@ def register(*trees: Any, static: bool = False) -> None:
         node = pytree.SUPPORTED_NODES.get(module.StaticCache)
         if node is not None and node.unflatten_fn is not _unflatten_static:
             raise InvalidExportArgumentsError(
-                "StaticCache is already registered as a pytree node by other code in this "
-                "process (transformers' own exporter registers every cache class), which "
-                "flattens it into other tensors than the exporter's keys, values and write "
-                "position. Export a StaticCache in a process that has not run transformers' "
-                "exporter, or pass a DynamicCache."
+                f"StaticCache is already registered as a pytree node in this process, by "
+                f"{registration_name(module.StaticCache)} (transformers' own exporter "
+                f"registers every cache class), which flattens it into other tensors than the "
+                f"exporter's own registration (exporter._caches: each layer's keys and values "
+                f"and one write position) needs. A pytree registration is process-wide and the "
+                f"first one stands: export a StaticCache in a process that has not registered "
+                f"it otherwise, or pass a DynamicCache."
             )
         classes.append((module.StaticCache, _flatten_static, _unflatten_static))
     for cls, flatten, unflatten in classes:
@@ -407,9 +418,12 @@ def _unflatten_encoder_decoder(values: Any, _context: Any) -> Any:
 
 def is_cache(value: Any) -> bool:
     """A transformers cache object (by its class's module: transformers is never imported)."""
-    return any(
-        klass.__module__ == _CACHE_MODULE and klass.__name__ == "Cache"
-        for klass in type(value).__mro__
+    return _is_cache_class(type(value))
+
+
+def _is_cache_class(cls: Any) -> bool:
+    return isinstance(cls, type) and any(
+        klass.__module__ == _CACHE_MODULE and klass.__name__ == "Cache" for klass in cls.__mro__
     )
 
 
@@ -418,37 +432,175 @@ def is_static(cache: Any) -> bool:
     return type(cache) is _static_class() and _static_class() is not None
 
 
-def leaf_name(prefix: str, path: tuple[Any, ...]) -> str | None:
-    """``prefix.<layer>[.decoder|.encoder].<kind>`` for a leaf inside a cache, else None."""
-    if any(isinstance(key, WritePosition) for key in path):
+def _registered_by_us(cls: Any) -> bool:
+    """Whether ``cls`` flattens with the exporter's own registration (not another library's)."""
+    node = pytree.SUPPORTED_NODES.get(cls)
+    return node is not None and node.unflatten_fn in (
+        _unflatten_dynamic,
+        _unflatten_static,
+        _unflatten_encoder_decoder,
+    )
+
+
+def registration_name(cls: type) -> str:
+    """Who flattens ``cls``: the module and name of its registered flatten function."""
+    node = pytree.SUPPORTED_NODES.get(cls)
+    if node is None:
+        return "no pytree registration"
+    if _registered_by_us(cls):
+        return "the exporter's own registration (exporter._caches)"
+    flatten = node.flatten_fn
+    where = f"{getattr(flatten, '__module__', '?')}.{getattr(flatten, '__qualname__', flatten)}"
+    return f"a registration by other code (flatten function {where})"
+
+
+#: Container types whose leaves keep torch.export's default names (no field or key path).
+_PLAIN_CONTAINERS = (tuple, list, dict)
+
+
+def _is_named_node(cls: Any) -> bool:
+    """A node whose leaves are named after their key path: a cache or a user's own type
+    (not a tuple, list, dict, namedtuple or transformers ModelOutput)."""
+    if cls is None or not isinstance(cls, type):
+        return False
+    if _is_cache_class(cls):
+        return True
+    if issubclass(cls, _PLAIN_CONTAINERS):
+        return False
+    return not any(klass.__name__ == "ModelOutput" for klass in cls.__mro__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of a leaf's path: the key into a node of type ``node``."""
+
+    node: Any
+    key: Any
+
+
+def leaf_paths(spec: pytree.TreeSpec) -> list[tuple[Step, ...]]:
+    """Per leaf of ``spec``, in flattening order, its path of keys from the root.
+
+    Each node's keys come from its registration: the exporter's cache layouts, else the keys
+    of the registration's ``flatten_with_keys_fn`` (``MappingKey``, ``GetAttrKey``,
+    ``SequenceKey``...), found by rebuilding the node around marker leaves. A transformers cache
+    whose registration is another library's is named by layer and kind where its rebuilt
+    layers hold the markers. A node whose keys cannot be found gets its children's positions.
+    """
+    paths: list[tuple[Step, ...]] = []
+
+    def visit(node: pytree.TreeSpec, path: tuple[Step, ...]) -> None:
+        if node.is_leaf():
+            paths.append(path)
+            return
+        for keys, child in zip(_child_keys(node), node.children()):
+            visit(child, (*path, *(Step(node.type, key) for key in keys)))
+
+    visit(spec, ())
+    return paths
+
+
+def _child_keys(spec: pytree.TreeSpec) -> list[tuple[Any, ...]]:
+    """The keys of a spec node's children (each a tuple: a cache part adds its own key)."""
+    count = spec.num_children
+    positions = [(pytree.SequenceKey(i),) for i in range(count)]
+    if _registered_by_us(spec.type):
+        return [(key,) for key in _our_child_keys(spec)]
+    node = pytree.SUPPORTED_NODES.get(spec.type)
+    if node is None:
+        return positions
+    markers = [torch.empty(1, 1, 1, 1) for _ in range(count)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rebuilt = node.unflatten_fn(markers, spec.context)
+            if is_cache(rebuilt):
+                entries = _cache_entries(rebuilt)
+                keys = [entries.get(id(marker)) for marker in markers]
+                if all(keys):
+                    return keys
+            if node.flatten_with_keys_fn is None:
+                return positions
+            pairs, _ = node.flatten_with_keys_fn(rebuilt)
+    except Exception:  # noqa: BLE001 - a registration that cannot rebuild from markers
+        return positions
+    index = {id(marker): i for i, marker in enumerate(markers)}
+    keys: list[tuple[Any, ...] | None] = [None] * count
+    for key, child in pairs:
+        i = index.get(id(child))
+        if i is not None and keys[i] is None:
+            keys[i] = (key,)
+    return keys if all(keys) else positions
+
+
+def _cache_entries(cache: Any, parts: tuple[Any, ...] = ()) -> dict[int, tuple[Any, ...]]:
+    """``id(tensor) -> key path`` of each layer's key and value (conv and SSM state) tensors in
+    a cache, whoever flattened it; an EncoderDecoderCache's parts first."""
+    subcaches = [(attr, getattr(cache, attr, None)) for attr in _PARTS]
+    if all(is_cache(sub) for _, sub in subcaches):
+        found: dict[int, tuple[Any, ...]] = {}
+        for attr, sub in subcaches:
+            found.update(_cache_entries(sub, (*parts, pytree.GetAttrKey(attr))))
+        return found
+    found = {}
+    for index, _layer in enumerate(getattr(cache, "layers", None) or []):
+        for kind in (*KINDS, *LINEAR_KINDS):
+            entry = _layer_entry(index, kind)
+            try:
+                tensor = entry.get(cache)
+            except (AttributeError, IndexError, KeyError, TypeError):
+                continue
+            if isinstance(tensor, torch.Tensor):
+                found.setdefault(id(tensor), (*parts, entry))
+    return found
+
+
+def leaf_name(prefix: str, path: tuple[Step, ...]) -> str | None:
+    """The name of a leaf at ``path`` under ``prefix``: ``prefix.<layer>[.decoder|.encoder].
+    <kind>`` in a cache (``prefix.cache_position`` a static cache's position), the dotted key
+    path under a cache or user type whose layout is not the exporter's, else None."""
+    keys = [step.key for step in path]
+    if any(isinstance(key, WritePosition) for key in keys):
         return f"{prefix}.{_WRITE_POSITION.key}"
-    entries = [key for key in path if isinstance(key, LayerEntry)]
-    if not entries:
+    entries = [key for key in keys if isinstance(key, LayerEntry)]
+    if entries:
+        parts = [
+            _PARTS[key.name]
+            for key in keys
+            if isinstance(key, pytree.GetAttrKey) and key.name in _PARTS
+        ]
+        entry = entries[-1]
+        return ".".join([prefix, str(entry.layer), *parts, entry.kind])
+    named = [i for i, step in enumerate(path) if _is_named_node(step.node)]
+    if not named:
         return None
-    parts = [
-        _PARTS[key.name]
-        for key in path
-        if isinstance(key, pytree.GetAttrKey) and key.name in _PARTS
-    ]
-    entry = entries[-1]
-    return ".".join([prefix, str(entry.layer), *parts, entry.kind])
+    if _is_cache_class(path[named[0]].node):
+        keys = keys[named[0] :]  # a cache's tensors under its name, whatever holds the cache
+    return ".".join([prefix, *map(_key_text, keys)])
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, pytree.SequenceKey):
+        return str(key.idx)
+    if isinstance(key, pytree.MappingKey):
+        return str(key.key)
+    if isinstance(key, pytree.GetAttrKey):
+        return key.name
+    return str(key)
 
 
 def input_names(
     args: tuple[Any, ...], kwargs: dict[str, Any], parameters: list[str]
 ) -> list[str | None]:
-    """Per flattened input leaf: its stable name when it lies in a cache, else None.
+    """Per flattened input leaf: its name when it lies in a cache or a user type, else None.
 
     A cache passed as keyword ``past_key_values`` names its tensors ``past_key_values.0.key``;
-    a positional one the same way after the forward() parameter it binds to (``parameters``).
+    a positional one the same way after the forward() parameter it binds to (``parameters``);
+    a user type's leaves ``<parameter>.<key path>``.
     """
-    try:
-        leaves = pytree.tree_flatten_with_path((tuple(args), kwargs))[0]
-    except (ValueError, TypeError, NotImplementedError):  # a container registered without keys
-        return []
     names: list[str | None] = []
-    for path, _leaf in leaves:
-        top = path[1]
+    for path in leaf_paths(pytree.tree_structure((tuple(args), kwargs))):
+        top = path[1].key
         if isinstance(top, pytree.MappingKey):
             prefix = str(top.key)
         else:
@@ -458,37 +610,30 @@ def input_names(
 
 
 def output_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:
-    """Per output leaf of ``out_spec``: ``present.0.key`` for a cache tensor, the field name for
-    a tensor straight in a dict-like output that also holds a cache (``logits``), else None."""
+    """Per output leaf of ``out_spec``: ``present.0.key`` for a cache tensor, the dotted key
+    path for a leaf in a user type (``output.<index>.`` first when the outputs are a tuple),
+    the field name for a tensor straight in a dict-like output that also holds a cache
+    (``logits``), else None."""
     if out_spec is None:
         return []
+    paths = leaf_paths(out_spec)
+    holds_cache = any(_is_cache_class(step.node) for path in paths for step in path)
     names: list[str | None] = []
-    holds_cache = _spec_holds_cache(out_spec)
-
-    def visit(spec: pytree.TreeSpec, path: tuple[Any, ...], field: str | None) -> None:
-        if spec.is_leaf():
-            name = leaf_name("present", path)
-            names.append(name if name is not None else (field if holds_cache else None))
-            return
-        keys = _child_keys(spec)
-        for key, child in zip(keys, spec.children()):
-            child_field = str(key) if isinstance(key, str) and not path else None
-            visit(child, (*path, key), child_field)
-
-    visit(out_spec, (), None)
+    for path in paths:
+        name = leaf_name("present", path)
+        if name is not None:
+            if not _is_cache_class(_first_named(path)):
+                name = name.removeprefix("present.")
+                if isinstance(path[0].key, pytree.SequenceKey):
+                    name = f"output.{name}"
+        elif holds_cache and len(path) == 1 and not isinstance(path[0].key, pytree.SequenceKey):
+            name = _key_text(path[0].key)
+        names.append(name)
     return names
 
 
-def _spec_holds_cache(spec: pytree.TreeSpec) -> bool:
-    if spec.is_leaf():
-        return False
-    if spec.type is not None and spec.type in (
-        _dynamic_class(),
-        _encoder_decoder_class(),
-        _static_class(),
-    ):
-        return True
-    return any(_spec_holds_cache(child) for child in spec.children())
+def _first_named(path: tuple[Step, ...]) -> Any:
+    return next((step.node for step in path if _is_named_node(step.node)), None)
 
 
 def _dynamic_class() -> Any:
@@ -501,14 +646,8 @@ def _static_class() -> Any:
     return None if module is None else module.StaticCache
 
 
-def _encoder_decoder_class() -> Any:
-    module = sys.modules.get(_CACHE_MODULE)
-    return None if module is None else module.EncoderDecoderCache
-
-
-def _child_keys(spec: pytree.TreeSpec) -> list[Any]:
-    """The keys of a spec node's children, from its context, as far as they can be known."""
-    count = len(spec.children())
+def _our_child_keys(spec: pytree.TreeSpec) -> list[Any]:
+    """The keys of the children of a cache node flattened by the exporter's registration."""
     if spec.type is _dynamic_class():
         keys = []
         for index, (layer_kind, _window, filled) in enumerate(spec.context):
@@ -518,32 +657,32 @@ def _child_keys(spec: pytree.TreeSpec) -> list[Any]:
     if spec.type is _static_class():
         layers = len(spec.context)
         return [_layer_entry(i, kind) for i in range(layers) for kind in KINDS] + [_WRITE_POSITION]
-    if spec.type is _encoder_decoder_class():
-        return [pytree.GetAttrKey(attr) for attr in _PARTS]
-    context = spec.context
-    if isinstance(context, (list, tuple)) and len(context) == count:
-        return list(context)  # dict and ModelOutput contexts are their keys
-    return list(range(count))
+    return [pytree.GetAttrKey(attr) for attr in _PARTS]  # EncoderDecoderCache
 
 
 def expand_cache_spec(spec: Any, cache: Any, path: str) -> list[Any]:
     """A cache's dynamic-shapes entry as torch.export wants it: one per flattened child.
 
-    An axes spec (``{0: "batch", 2: "past_sequence"}``) applies to every key and value tensor;
-    a list gives one entry per child, as torch.export takes it.
+    An axes spec (``{0: "batch", 2: "past_sequence"}``) applies to every key and value tensor
+    (under another library's registration, to those its flattening holds; its other parts stay
+    static); a list gives one entry per child, in the order of the registration's flattening.
     """
-    node = pytree.SUPPORTED_NODES[type(cache)]
-    children = node.flatten_fn(cache)[0]
+    children = cache_children(cache)
     if isinstance(spec, dict) and all(isinstance(k, int) for k in spec):
         if type(cache) is _static_class():  # the write position is a 0-d tensor
             return [spec] * (len(children) - 1) + [None]
-        return [spec] * len(children)
+        if _registered_by_us(type(cache)):
+            return [spec] * len(children)
+        entries = _cache_entries(cache)
+        return [spec if id(child) in entries else None for child in children]
     if isinstance(spec, (list, tuple)) and len(spec) == len(children):
         return list(spec)
     raise InvalidExportArgumentsError(
-        f"dynamic_shapes{path} is {spec!r} for a {type(cache).__name__} with {len(children)} "
-        f"flattened parts; give one axes dict for all its tensors (e.g. {{0: 'batch', 2: "
-        f"'past_sequence'}}) or a list of {len(children)} entries, one per part"
+        f"dynamic_shapes{path} is {spec!r} for a {type(cache).__name__} that "
+        f"{registration_name(type(cache))} flattens into {len(children)} parts; give one axes "
+        f"dict for all its tensors (e.g. {{0: 'batch', 2: 'past_sequence'}}) or a list of "
+        f"{len(children)} entries, one per part in that registration's order (a pytree "
+        f"registration is process-wide: the first one made in the process stands)"
     )
 
 
@@ -564,9 +703,6 @@ def graph_io_names(
     import inspect
 
     from torch.export import graph_signature as gs
-
-    if _CACHE_MODULE not in sys.modules:
-        return None, None  # no transformers, no cache: nothing to name
 
     try:
         parameters = list(inspect.signature(model.forward).parameters)
@@ -597,6 +733,31 @@ def graph_io_names(
             named_outputs = [
                 name or value.name for name, value in zip(chosen, graph.outputs, strict=True)
             ]
-    if named_inputs and named_outputs and set(named_inputs) & set(named_outputs):
-        return named_inputs, None  # a field named like an input (rare): keep outputs as they were
+    inputs = named_inputs or [value.name for value in graph.inputs]
+    if named_outputs and (
+        set(inputs) & set(named_outputs) or len(set(named_outputs)) < len(named_outputs)
+    ):
+        # a field named like an input (diffusers' `sample`), or two alike: outputs as they were
+        return named_inputs, None
     return named_inputs, named_outputs
+
+
+def check_keyed_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse, by name, an input of a type registered as a pytree node without
+    ``flatten_with_keys_fn``: torch.export names its inputs by key path and cannot take it."""
+    for leaf in pytree.tree_leaves((tuple(args), kwargs), is_leaf=_lacks_keys):
+        if _lacks_keys(leaf):
+            cls = type(leaf)
+            raise InvalidExportArgumentsError(
+                f"an input is a {cls.__module__}.{cls.__qualname__}, which is registered as a "
+                f"pytree node without flatten_with_keys_fn ({registration_name(cls)}): "
+                f"torch.export names every input by its key path and cannot take it. Register "
+                f"it with torch.utils._pytree.register_pytree_node(..., flatten_with_keys_fn=...) "
+                f"returning (key, child) pairs (MappingKey, GetAttrKey or SequenceKey), or pass "
+                f"its tensors as separate inputs."
+            )
+
+
+def _lacks_keys(node: Any) -> bool:
+    entry = pytree.SUPPORTED_NODES.get(type(node))
+    return entry is not None and entry.flatten_with_keys_fn is None

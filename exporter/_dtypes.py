@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import warnings
 from typing import Any
 
 import ml_dtypes
@@ -32,6 +33,8 @@ TORCH_TO_IR: dict[torch.dtype, ir.DataType] = {
     torch.float8_e4m3fnuz: ir.DataType.FLOAT8E4M3FNUZ,
     torch.float8_e5m2: ir.DataType.FLOAT8E5M2,
     torch.float8_e5m2fnuz: ir.DataType.FLOAT8E5M2FNUZ,
+    # two values per element, carried as FLOAT4E2M1 of the unpacked shape (onnx_shape)
+    torch.float4_e2m1fn_x2: ir.DataType.FLOAT4E2M1,
 }
 IR_TO_TORCH: dict[ir.DataType, torch.dtype] = {v: k for k, v in TORCH_TO_IR.items()}
 
@@ -48,11 +51,119 @@ _UNSUPPORTED_WHY = {
     torch.float8_e8m0fnu: (
         "ONNX's FLOAT8E8M0 exists, but onnxruntime has no kernel that reads or writes it"
     ),
-    torch.float4_e2m1fn_x2: (
-        "it packs two float4 values into each element, while ONNX's FLOAT4E2M1 holds one per "
-        "element, and onnxruntime has no kernel that computes on it"
-    ),
 }
+
+# ------------------------------------------------------------------- float4 (packed pairs)
+#: torch's float4 dtype: each element packs two float4 values, the first in the low nibble
+#: (torch.testing's pack_uint4). ONNX's FLOAT4E2M1 tensors store two values per byte, the
+#: first in the low nibble too: the bytes are the same, the ONNX shape's last dim twice torch's.
+FLOAT4_X2 = torch.float4_e2m1fn_x2
+#: The first opset whose Cast, Identity, Reshape... take FLOAT4E2M1.
+FLOAT4_OPSET = 23
+#: The torch ops the exporter carries float4 tensors through: the value itself, unchanged. Also
+#: ``view(torch.uint8)`` and back (exporter.ops._float4) and FLOAT4_MOVES. Any other
+#: computation on them (arithmetic, which torch has no kernels for, zeros of float4) is refused
+#: by name.
+FLOAT4_PASSTHROUGH = frozenset(
+    [
+        "aten.clone.default",
+        "aten.alias.default",
+        "aten.detach.default",
+        "aten.lift_fresh_copy.default",
+        "aten._to_copy.default",
+        "aten.contiguous.default",
+    ]
+)
+
+
+#: Ops that only move, select or repeat whole elements: on float4 pairs they do what they do on
+#: the pairs' bytes, so the exporter runs them on the bytes (exporter._translate).
+FLOAT4_MOVES = frozenset(
+    [
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.cat.default",
+        "aten.stack.default",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.narrow.default",
+        "aten.index_select.default",
+        "aten.permute.default",
+        "aten.t.default",
+        "aten.transpose.int",
+        "aten.expand.default",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.unsqueeze.default",
+        "aten.flatten.using_ints",
+        "aten.repeat.default",
+        "aten.flip.default",
+    ]
+)
+
+
+def default_opset_for(model: Any, args: Any, kwargs: Any, default: int) -> int:
+    """The opset an export without ``opset_version`` takes: ``default``, or the first opset
+    with FLOAT4E2M1 when float4 tensors are among the inputs or weights (with a warning)."""
+    if default >= FLOAT4_OPSET:
+        return default
+    tensors = [*torch.utils._pytree.tree_leaves((args, kwargs))]
+    if isinstance(model, torch.nn.Module):
+        tensors += [*model.parameters(), *model.buffers()]
+    elif isinstance(model, torch.export.ExportedProgram):
+        tensors += [*model.state_dict.values(), *model.constants.values()]
+    if not any(getattr(t, "dtype", None) is FLOAT4_X2 for t in tensors):
+        return default
+    warnings.warn(
+        f"exporting at opset {FLOAT4_OPSET}, not the default {default}: the model holds "
+        f"torch.float4_e2m1fn_x2 tensors, and ONNX has FLOAT4E2M1 from opset {FLOAT4_OPSET} on. "
+        f"Pass opset_version to choose.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return FLOAT4_OPSET
+
+
+def onnx_shape(dtype: torch.dtype, shape: list[Any]) -> list[Any]:
+    """The ONNX shape of a torch tensor's values: float4 pairs unpacked along the last dim."""
+    if dtype is not FLOAT4_X2:
+        return shape
+    if not shape:
+        return [2]
+    return [*shape[:-1], shape[-1] * 2]
+
+
+def ir_tensor(tensor: torch.Tensor, name: str | None = None) -> ir.TensorProtocol:
+    """An ONNX tensor of ``tensor``'s data: float4 pairs as FLOAT4E2M1 of the unpacked shape,
+    its bytes unchanged; other dtypes shared with torch's memory."""
+    if tensor.dtype is not FLOAT4_X2:
+        return ir.tensor_adapters.TorchTensor(tensor, name=name)
+    packed = tensor.detach().cpu().contiguous().view(torch.uint8).numpy()
+    shape = onnx_shape(tensor.dtype, list(tensor.shape))
+    return ir.PackedTensor(packed.reshape(-1), ir.DataType.FLOAT4E2M1, shape=shape, name=name)
+
+
+def float4_values(tensor: torch.Tensor) -> np.ndarray:
+    """A float4_e2m1fn_x2 tensor unpacked: an ml_dtypes float4_e2m1fn array, one value per
+    element, of the ONNX shape (what the ONNX graph declares and onnx's reference runs on)."""
+    packed = tensor.detach().cpu().contiguous().view(torch.uint8).numpy()
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1)
+    shape = onnx_shape(tensor.dtype, list(tensor.shape))
+    return codes.reshape(shape).view(ml_dtypes.float4_e2m1fn)
+
+
+def float4_packed(array: Any) -> torch.Tensor:
+    """An ml_dtypes float4_e2m1fn array (one value per element) packed back into torch's
+    float4_e2m1fn_x2, pairs along the last dim."""
+    codes = np.asarray(array).view(np.uint8) & 0x0F
+    if codes.shape[-1] % 2:
+        raise ValueError(
+            f"a float4 array of shape {codes.shape} cannot pack into pairs: its last dim is odd"
+        )
+    pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)
+    packed = pairs[..., 0] | (pairs[..., 1] << 4)
+    return torch.from_numpy(np.ascontiguousarray(packed)).view(FLOAT4_X2)
 
 
 class UnsupportedDtypeError(OnnxExporterError, TypeError):
@@ -123,8 +234,11 @@ _ORT_RAW_TYPE_NAMES = tuple(
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks);
-    a view where torch's memory can be shared, so large weights are not copied."""
+    """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks,
+    float4 pairs unpacked); a view where torch's memory can be shared, so large weights are
+    not copied."""
+    if tensor.dtype is FLOAT4_X2:
+        return float4_values(tensor)
     tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
     ml_type = TORCH_TO_ML_DTYPES.get(tensor.dtype)
     if ml_type is not None:
@@ -138,6 +252,8 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
 def from_numpy(array: Any) -> torch.Tensor:
     """A torch tensor of an onnxruntime result (ml_dtypes arrays and ulonglong included)."""
     array = np.asarray(array)
+    if array.dtype == ml_dtypes.float4_e2m1fn:
+        return float4_packed(array)
     if array.dtype in _ML_DTYPES:
         raw = np.uint16 if array.dtype.itemsize == 2 else np.uint8
         return torch.from_numpy(array.view(raw).copy()).view(_ML_DTYPES[array.dtype][0])

@@ -272,30 +272,67 @@ class AxisNames:
         self.by_leaf.setdefault(leaf_index, {}).setdefault(axis, name)
 
     def symbol_renames(self, program: torch.export.ExportedProgram) -> dict[str, str]:
-        """torch symbol (``s17``) -> user axis name, from the program's user input metadata."""
+        """torch symbol (``s17``) -> user axis name, from the program's user input metadata.
+
+        In ONNX one dim name declares one size. A name the user gave to dims of different
+        example sizes (which torch.export cannot have found equal) goes to the dims of the first
+        size; those of each other size get ``name_1``, ``name_2``... and one warning lists
+        them. Dims of one example size keep the shared name, as declared (torch.onnx names them
+        alike too)."""
         user_inputs = user_input_nodes(program)
         renames: dict[str, str] = {}
-        for leaf_index, axes in self.by_leaf.items():
+        names_of: dict[str, dict[Any, str]] = {}  # user name -> example size -> ONNX name
+        given: dict[str, str] = {}  # symbol -> the name the user gave it
+        renamed: list[str] = []
+        taken = {name for axes in self.by_leaf.values() for name in axes.values()}
+        for leaf_index, axes in sorted(self.by_leaf.items()):
             if leaf_index >= len(user_inputs):
                 continue
-            val = user_inputs[leaf_index].meta.get("val")
+            node = user_inputs[leaf_index]
+            val = node.meta.get("val")
             if not isinstance(val, torch.Tensor):
                 continue
-            for axis, name in axes.items():
+            for axis, name in sorted(axes.items()):
                 if axis >= val.dim():
                     continue
                 size = val.shape[axis]
                 if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol):
                     continue
-                chosen = renames.setdefault(str(size.node.expr), name)
-                if chosen != name:
-                    # torch.onnx warns alike: torch.export found the two dims equal
-                    warnings.warn(
-                        f"The axis name {name!r} will not be used, since it shares the same "
-                        f"shape constraints with another axis: {chosen!r}.",
-                        UserWarning,
-                        stacklevel=4,
-                    )
+                symbol = str(size.node.expr)
+                if symbol in renames:
+                    chosen = renames[symbol]
+                    if given[symbol] != name:
+                        # torch.onnx warns alike: torch.export found the two dims equal
+                        warnings.warn(
+                            f"The axis name {name!r} will not be used, since it shares the same "
+                            f"shape constraints with another axis: {chosen!r}.",
+                            UserWarning,
+                            stacklevel=4,
+                        )
+                    continue
+                by_size = names_of.setdefault(name, {})
+                hint = size.node.hint
+                unique = by_size.get(hint)
+                if unique is None:
+                    unique = name
+                    if by_size:
+                        count = len(by_size)
+                        while (unique := f"{name}_{count}") in taken:
+                            count += 1
+                        taken.add(unique)
+                        renamed.append(f"{node.name} dim {axis} (size {hint}) is {unique!r}")
+                    by_size[hint] = unique
+                renames[symbol], given[symbol] = unique, name
+        if renamed:
+            warnings.warn(
+                "One axis name was given to dims of different example sizes (in ONNX one dim "
+                "name means one size), so each size keeps a name of its own: "
+                + "; ".join(renamed)
+                + ". Give such dims different names, or make the model relate them, to "
+                "silence this warning.",
+                UserWarning,
+                stacklevel=4,
+            )
         return renames
 
 
@@ -325,17 +362,10 @@ def normalize(
         return None, names
     leaves = pytree.tree_leaves((args, kwargs))
     leaf_ids = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
-    named_sizes: dict[str, tuple[int, str]] = {}
+    #: Dim name -> the example size of the first dim given a Dim of that name.
+    dim_sizes: dict[str, int] = {}
 
     def name_axis(value: torch.Tensor, axis: int, name: str, path: str) -> None:
-        size = int(value.shape[axis])
-        first = named_sizes.setdefault(name, (size, f"dynamic_shapes{path} axis {axis}"))
-        if first[0] != size:
-            raise InvalidExportArgumentsError(
-                f"axis name {name!r} is given to dims whose example sizes differ: {first[1]} "
-                f"(size {first[0]}) and dynamic_shapes{path} axis {axis} (size {size}). One "
-                f"name declares one size in the ONNX graph; give these dims different names."
-            )
         names.add(leaf_ids[id(value)], axis, name)
 
     def convert(spec: Any, value: Any, path: str) -> Any:
@@ -376,6 +406,7 @@ def normalize(
                     dim_name = getattr(s, "__name__", None)
                     if isinstance(dim_name, str) and type(s).__name__ != "_DimHint":
                         names.add(leaf_ids[id(value)], axis, dim_name)
+                        s = _unshared_dim(s, int(value.shape[axis]), dim_sizes)
                     out[axis] = s
             return out if isinstance(spec, dict) else [out.get(i) for i in range(value.dim())]
         if isinstance(value, dict):
@@ -444,6 +475,18 @@ def normalize(
         f"dynamic_shapes must be a dict keyed by forward() parameter names or a tuple aligned "
         f"with the inputs, got {type(dynamic_shapes).__name__}"
     )
+
+
+def _unshared_dim(dim: Any, size: int, sizes: dict[str, int]) -> Any:
+    """``dim``, or, where a Dim of its name was given to a dim of another example size, a Dim
+    of its own with the same range: torch.export would refuse dims of one Dim at two sizes,
+    and those dims cannot be equal. (Their ONNX names then differ: ``AxisNames``.)"""
+    if type(dim).__name__ != "Dim":  # a derived dim (2 * d) follows its root
+        return dim
+    first = sizes.setdefault(dim.__name__, size)
+    if first == size:
+        return dim
+    return Dim(f"{dim.__name__}_at_{size}", min=dim.min, max=dim.max)
 
 
 def _int_spec(spec: Any, value: int, path: str) -> Any:

@@ -127,6 +127,8 @@ def lookup(registry: Registry, target: Any) -> Translation | None:
 
 def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
     for node in graph_module.graph.nodes:
+        if any(_is_float4(n) for n in (node, *node.all_input_nodes)):
+            _check_float4(node)
         for meta in _flatten([node.meta.get("val")]):
             if not isinstance(meta, torch.Tensor):
                 continue
@@ -146,6 +148,37 @@ def _check_dtypes(graph_module: torch.fx.GraphModule) -> None:
             sub = getattr(graph_module, node.target, None)
             if isinstance(sub, torch.fx.GraphModule):
                 _check_dtypes(sub)
+
+
+def _is_float4(node: torch.fx.Node) -> bool:
+    return getattr(node.meta.get("val"), "dtype", None) is _dtypes.FLOAT4_X2
+
+
+def _check_float4(node: torch.fx.Node) -> None:
+    """A float4 value goes in, out, and through the ops that keep it as it is; any other op
+    that makes or reads one is refused by name."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return
+    target = str(node.target)
+    same = all(_is_float4(n) for n in (node, *node.all_input_nodes))
+    if target in _dtypes.FLOAT4_PASSTHROUGH and same:
+        return
+    if target in _dtypes.FLOAT4_MOVES and _is_float4(node):
+        return  # run on the pairs' bytes (Translator._call_on_bytes)
+    dtypes = {getattr(n.meta.get("val"), "dtype", None) for n in (node, *node.all_input_nodes)}
+    if target == "aten.view.dtype" and dtypes == {_dtypes.FLOAT4_X2, torch.uint8}:
+        return  # its bytes, computed from the values (exporter.ops._float4)
+    source = _errors.user_source_line(node.meta.get("stack_trace"))
+    where = f" at {source}" if source else ""
+    raise _dtypes.UnsupportedDtypeError(
+        f"FX node {node.name}{where} computes {target} on torch.float4_e2m1fn_x2 tensors, which "
+        f"the exporter does not express in ONNX: it carries float4 tensors (as FLOAT4E2M1 of "
+        f"the unpacked shape) into and out of the graph, as weights, and through "
+        f"{', '.join(sorted(_dtypes.FLOAT4_PASSTHROUGH))}, ops that move whole elements "
+        f"(reshape, cat, slice, permute...) and tensor.view(torch.uint8) (its bytes) and back, "
+        f"not through other computations. Keep that computation outside the "
+        f"exported model, or pass its result as the input."
+    )
 
 
 def lookup_for_node(registry: Registry, node: torch.fx.Node, target: Any) -> Translation | None:
@@ -349,7 +382,7 @@ class Translator:
                 dtype = _dtypes.COMPLEX_TO_REAL[dtype]
                 shape.append(2)
             value.dtype = _dtypes.to_ir(dtype)
-            value.shape = self.names.shape(shape)
+            value.shape = self.names.shape(_dtypes.onnx_shape(dtype, shape))
         elif isinstance(meta, (torch.SymInt, int)) and not isinstance(meta, bool):
             value.dtype = ir.DataType.INT64
             value.shape = ir.Shape([])
@@ -398,7 +431,7 @@ class Translator:
         t = tensor.detach()
         if t.is_complex():
             t = torch.view_as_real(t)
-        value.const_value = ir.tensor_adapters.TorchTensor(t.contiguous(), name=value.name)
+        value.const_value = _dtypes.ir_tensor(t.contiguous(), name=value.name)
         root = scope
         while root.parent is not None:
             root = root.parent
@@ -448,6 +481,20 @@ class Translator:
         """Translate ``target(*args, **kwargs)`` for ``node`` whose output metadata is ``meta``."""
         if is_noop_target(target):
             return None
+        if (
+            str(target) in _dtypes.FLOAT4_MOVES
+            and isinstance(meta, torch.Tensor)
+            and meta.dtype is _dtypes.FLOAT4_X2
+        ):
+            return self._call_on_bytes(
+                scope,
+                node,
+                args,
+                meta,
+                lambda moved, moved_meta: self._call_op(
+                    scope, node, target, moved, kwargs, moved_meta
+                ),
+            )
         translation = lookup_for_node(self.registry, node, target)
         if translation is None:  # find_unsupported ran before; this is a submodule-only miss
             raise _errors.UnsupportedOpError(
@@ -497,6 +544,35 @@ class Translator:
                 n.name = self.fresh_name(
                     f"node_{node.name}" if i == len(ctx.nodes) - 1 else f"node_{node.name}_{i}"
                 )
+        return result
+
+    def _call_on_bytes(
+        self, scope: GraphScope, node: torch.fx.Node, args: Sequence[Any], meta: Any, call: Any
+    ) -> ir.Value:
+        """An op that moves whole float4 pairs, run on their bytes: the float4 inputs become
+        bytes, the op's own translation (``call(args, output meta)``) runs on those, and its
+        result becomes float4 again."""
+        from exporter.ops import _float4
+
+        ctx = TranslationContext(scope, node)
+
+        def to_bytes(value: Any) -> Any:
+            if isinstance(value, ir.Value) and value.dtype == ir.DataType.FLOAT4E2M1:
+                packed = _float4.to_bytes(ctx, value)
+                self.set_type(packed, self.value_meta[value].view(torch.uint8))
+                return packed
+            if isinstance(value, (list, tuple)):
+                return type(value)(to_bytes(item) for item in value)
+            return value
+
+        args = [to_bytes(arg) for arg in args]
+        moved = call(args, meta.view(torch.uint8))
+        result = _float4.from_bytes(ctx, moved)
+        result.name = self.fresh_name(f"{node.name}_float4")
+        self.set_type(result, meta)
+        for i, n in enumerate(ctx.nodes):
+            if n.name is None:
+                n.name = self.fresh_name(f"node_{node.name}_float4_{i}")
         return result
 
     def _finish_outputs(
@@ -574,6 +650,18 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 # --------------------------------------------------------------------- program level
+def _check_float4_opset(program: torch.export.ExportedProgram, opset: int) -> None:
+    if opset >= _dtypes.FLOAT4_OPSET:
+        return
+    for node in program.graph.nodes:
+        if _is_float4(node):
+            raise _dtypes.UnsupportedDtypeError(
+                f"FX value {node.name} is a torch.float4_e2m1fn_x2 tensor, and ONNX has "
+                f"FLOAT4E2M1 from opset {_dtypes.FLOAT4_OPSET} on; opset_version={opset} "
+                f"cannot carry it. Export with opset_version={_dtypes.FLOAT4_OPSET} or later."
+            )
+
+
 def translate_program(
     program: torch.export.ExportedProgram,
     registry: Registry,
@@ -583,6 +671,7 @@ def translate_program(
     names: SymbolNames,
     root_class: str,
 ) -> ir.Model:
+    _check_float4_opset(program, opset)
     translator = Translator(registry, opset, metadata=metadata, names=names, root_class=root_class)
     graph = ir.Graph(inputs=[], outputs=[], nodes=[], name="main_graph")
     scope = GraphScope(translator, graph, parent=None)

@@ -132,6 +132,12 @@ def view_dtype(ctx, self, dtype):
     source = ctx.dtype(self)
     if source == dtype:
         return ctx.op.Identity(self)
+    if {source, dtype} == {_dtypes.FLOAT4_X2, torch.uint8}:  # float4 pairs <-> their bytes
+        from exporter.ops import _float4
+
+        return (
+            _float4.to_bytes(ctx, self) if dtype == torch.uint8 else _float4.from_bytes(ctx, self)
+        )
     if source.itemsize != dtype.itemsize or not {source, dtype} <= _BITCAST_DTYPES:
         raise NotImplementedError(
             f"tensor.view({dtype}) of a {source} tensor is not exported: only a reinterpretation "

@@ -30,16 +30,6 @@ X = torch.randn(2, 3)
 Y = torch.randn(2, 3)
 
 
-def test_one_axis_name_on_dims_of_different_example_sizes():
-    # torch.onnx declares [n] x [n] -> [n, n] while the real output is 3 x 5
-    with pytest.raises(InvalidExportArgumentsError, match=r"axis name 'n'.*size 3.*size 5"):
-        exporter.export(
-            Outer().eval(),
-            (torch.randn(3), torch.randn(5)),
-            dynamic_shapes=({0: "n"}, {0: "n"}),
-        )
-
-
 def test_one_axis_name_on_dims_of_the_same_size_is_kept():
     program = exporter.export(
         Add().eval(), (X, Y), dynamic_shapes=({0: "batch"}, {0: "batch"}), verify="strict"

@@ -120,15 +120,21 @@ def test_one_graph_serves_prefill_and_decode(llama_program, batch, past, sequenc
     else:
         _, example = _prefilled(model, 1, 2)
         cache = generation.empty_cache_like(example, batch)
-    inputs = _step_inputs(cache, batch, past, sequence)
+    assert_step_matches_eager(model, program, cache, _step_inputs(cache, batch, past, sequence))
+
+
+def assert_step_matches_eager(model: nn.Module, program, cache, inputs: dict) -> None:
+    """One step through the graph gives eager's logits and DynamicCache (a copy of ``cache``
+    in eager: the forward updates it in place)."""
     with torch.no_grad():
         expected = model(**{**inputs, "past_key_values": copy.deepcopy(cache)})
     got = program.unflatten_outputs(program(**inputs))
     assert type(got.past_key_values) is transformers.DynamicCache
     torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
     assert len(got.past_key_values.layers) == len(expected.past_key_values.layers)
+    length = inputs["attention_mask"].shape[1]
     for ours, theirs in zip(got.past_key_values.layers, expected.past_key_values.layers):
-        assert ours.keys.shape[2] == past + sequence
+        assert ours.keys.shape[2] == length
         torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(ours.values, theirs.values, rtol=1e-4, atol=1e-5)
 
