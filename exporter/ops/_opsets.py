@@ -30,7 +30,8 @@ INTRODUCED_IN: dict[str, int] = {
     "Mish": 18,
     "Pad-axes": 18,
     "DeformConv": 19,
-    "Cast-float8": 19,  # float8 types, and Cast's saturate attribute for them
+    "Cast-float8": 19,
+    "QuantizeLinear-float16-scale": 19,  # Q/DQ scales (and x) of float16/bfloat16  # float8 types, and Cast's saturate attribute for them
     "Gelu": 20,
     "GridSample-nd": 20,
     "AffineGrid": 20,
@@ -40,6 +41,7 @@ INTRODUCED_IN: dict[str, int] = {
     "IsInf-f16": 20,  # IsInf accepts float16 and bfloat16 from opset 20
     "GroupNormalization": 21,
     "Cast-int4": 21,
+    "QuantizeLinear-16bit": 21,  # Q/DQ on int16/uint16 (and int4, block_size)
     "Attention": 23,
     "RMSNormalization": 23,
     "RotaryEmbedding": 23,
