@@ -23,6 +23,7 @@ two logits are further apart than that tolerance.
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,11 +47,8 @@ _STEP: dict[str, float] = {}
 
 
 def _torchao_available() -> bool:
-    try:
-        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether torchao is installed; looked up without importing it (registering stays cheap)."""
+    return importlib.util.find_spec("torchao") is not None
 
 
 class _Relu(nn.Module):
