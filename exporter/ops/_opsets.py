@@ -30,8 +30,7 @@ INTRODUCED_IN: dict[str, int] = {
     "Mish": 18,
     "Pad-axes": 18,
     "DeformConv": 19,
-    "Cast-float8": 19,
-    "QuantizeLinear-float16-scale": 19,  # Q/DQ scales (and x) of float16/bfloat16  # float8 types, and Cast's saturate attribute for them
+    "Cast-float8": 19,  # float8 types, and Cast's saturate attribute for them
     "Gelu": 20,
     "GridSample-nd": 20,
     "AffineGrid": 20,

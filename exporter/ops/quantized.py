@@ -212,11 +212,10 @@ def dequantize_per_tensor(
 ):
     out_dtype = out_dtype or torch.float32
     # torch's kernel converts to the output dtype first, then shifts and scales there; for
-    # float32 (and float16 where DequantizeLinear takes a float16 scale) that is what
-    # DequantizeLinear computes.
-    wide = out_dtype == torch.float32 or (
-        out_dtype == torch.float16 and ctx.has("QuantizeLinear-float16-scale")
-    )
+    # float32 that is what DequantizeLinear computes. In float16/bfloat16 torch rounds the
+    # scale (or not: a Python float scale stays float32 in its kernel), so those take torch's
+    # formula below.
+    wide = out_dtype == torch.float32
     if wide and _qdq_takes(ctx, dtype) and _fits(zero_point, dtype):
         return _dequantize_linear(
             ctx,
