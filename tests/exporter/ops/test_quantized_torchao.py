@@ -97,8 +97,19 @@ def test_int4_weight_only_is_blocked_dequantizelinear_and_fuses_into_matmulnbits
     assert report.ok, report.summary()
 
 
-def test_an_unexportable_torchao_op_names_the_config():
-    from exporter.ops.quantized_torchao import torchao_hint
+def test_an_unexportable_int4_packed_matmul_names_the_config_and_the_way_out():
+    # the CPU int4 kernel torchao's Int4WeightOnlyConfig used on CPU (tinygemm-packed weights)
+    packed = torch._convert_weight_to_int4pack_for_cpu(
+        torch.randint(0, 16, (64, 128), dtype=torch.int32), 1
+    )
+    scales_zeros = torch.rand(128 // 32, 64, 2)
 
-    hint = torchao_hint("aten._weight_int4pack_mm.default")
-    assert "Int4WeightOnlyConfig" in hint and "IntxWeightOnlyConfig" in hint
+    class PackedInt4(torch.nn.Module):
+        def forward(self, x):
+            return torch._weight_int4pack_mm_for_cpu(x, packed, 32, scales_zeros)
+
+    with pytest.raises(exporter.UnsupportedOpError) as error:
+        exporter.export(PackedInt4().eval(), (torch.randn(4, 128),))
+    message = str(error.value)
+    assert "aten._weight_int4pack_mm_for_cpu.default" in message
+    assert "Int4WeightOnlyConfig" in message and "IntxWeightOnlyConfig" in message
