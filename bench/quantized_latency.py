@@ -7,7 +7,7 @@ by ours, and the quantized model exported by ours and by ``torch.onnx.export(dyn
 All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread,
 ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine load falls on
 all alike. Prints per model: median milliseconds, the speed-up float / quantized, the size of
-each serialized model, and each quantized graph's largest difference from the quantized eager
+each serialized model and of its weights (initializers), and each quantized graph's largest difference from the quantized eager
 model in the case's output quantization steps (``exporter.diagnostics.compare.compare_in_steps``).
 """
 
@@ -42,6 +42,15 @@ def _outputs(module, args, kwargs) -> list[np.ndarray]:
     return [o.detach().numpy() for o in out]
 
 
+def _weight_bytes(proto) -> int:
+    """Bytes of the initializers as stored (int4 packed two to a byte)."""
+    import onnx
+
+    return sum(
+        len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer
+    )
+
+
 def bench_case(name: str, runs: int) -> list[str]:
     case = registry.get(name)
     quantized, args, kwargs = case.build()
@@ -59,6 +68,7 @@ def bench_case(name: str, runs: int) -> list[str]:
         except Exception as error:  # noqa: BLE001 - report whose export failed, keep going
             print(f"{name}: torch.onnx cannot export it: {type(error).__name__}")
     blobs = {key: proto.SerializeToString() for key, proto in graphs.items()}
+    weights = {key: _weight_bytes(proto) for key, proto in graphs.items()}
     sessions = {key: _session(blob, ALL) for key, blob in blobs.items()}
     feeds = {key: _feeds(session, args, kwargs) for key, session in sessions.items()}
     times: dict[str, list[float]] = {key: [] for key in sessions}
@@ -73,13 +83,16 @@ def bench_case(name: str, runs: int) -> list[str]:
     lines = [f"{name}"]
     median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
     for key in order:
-        line = f"  {key:<10} {median[key]:8.2f} ms  {len(blobs[key]) / 1e6:7.2f} MB"
+        line = (
+            f"  {key:<10} {median[key]:8.2f} ms  model {len(blobs[key]) / 1e6:6.2f} MB"
+            f"  weights {weights[key] / 1e6:6.2f} MB"
+        )
         if key != "float":
             got = sessions[key].run(None, feeds[key])
             worst = max(compare_in_steps(w, g, step=step).max_abs / step for w, g in zip(want, got))
             line += (
                 f"  float/quantized {median['float'] / median[key]:5.2f}x"
-                f"  size {len(blobs['float']) / len(blobs[key]):4.2f}x smaller"
+                f"  weights {weights['float'] / weights[key]:4.2f}x smaller"
                 f"  max diff from eager {worst:6.1f} steps"
             )
         lines.append(line)
