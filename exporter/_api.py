@@ -346,12 +346,17 @@ def _unsupported_message(
     by_target: dict[str, list[dict[str, Any]]] = {}
     for item in unsupported:
         by_target.setdefault(item["target"], []).append(item)
+    from exporter.ops import quantized_torchao
+
     lines = [f"{len(by_target)} ops have no ONNX translation (all of them are listed):"]
     for target, items in by_target.items():
         first = items[0]
         where = f" at {first['source']}" if first.get("source") else ""
         more = f" (+{len(items) - 1} more nodes)" if len(items) > 1 else ""
         lines.append(f"  - {target}: FX node {first['fx_node']}{where}{more}")
+        hint = quantized_torchao.torchao_hint(target)
+        if hint:
+            lines.append(f"    left by {hint}")
         why = (untraceable or {}).get(target)
         if why:
             lines.append(

@@ -24,7 +24,13 @@ import torch
 
 from exporter import _metadata
 from exporter._errors import DecompositionError
-from exporter._translate import fx_targets, is_noop_target, lookup, lookup_for_node
+from exporter._translate import (
+    fx_targets,
+    is_noop_target,
+    lookup,
+    lookup_for_node,
+    qualified_name,
+)
 from exporter.ops._registry import Registry
 
 _NO_TRANSLATION = " has no translation"
@@ -33,8 +39,12 @@ _NO_TRANSLATION = " has no translation"
 @functools.lru_cache(maxsize=8)
 def _table_for(targets: frozenset[Any]) -> dict[Any, Any]:
     table = torch.export.default_decompositions()
+    # ops of optional libraries (torchao) are registered by qualified name
+    names = {target for target in targets if isinstance(target, str)}
     for op in list(table.keys()):
-        if op in targets:
+        if op in targets or (
+            names and isinstance(op, torch._ops.OpOverload) and qualified_name(op) in names
+        ):
             del table[op]
     return table
 

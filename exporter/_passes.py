@@ -71,9 +71,7 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
     if keep_functions is None:
         keep_functions = bool(model.functions)
     with _quiet_folding_misses():
-        onnxscript.optimizer.optimize_ir(
-            model, inline=not keep_functions, should_fold=_fold_small_fills
-        )
+        onnxscript.optimizer.optimize_ir(model, inline=not keep_functions, should_fold=_should_fold)
     # After folding, so that constant cos/sin tables and shapes are visible to the rules.
     _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
@@ -106,6 +104,20 @@ def _quiet_folding_misses() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(miss)
+
+
+#: Quantization nodes the constant folder must leave alone: a DequantizeLinear of an integer
+#: weight folded into a float constant loses the int8 initializer onnxruntime fuses on
+#: (QLinearConv, QGemm, MatMulNBits), and the model grows back to float size.
+_QUANTIZATION_OPS = frozenset(("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"))
+
+
+def _should_fold(node: ir.Node) -> bool | None:
+    """The constant folder's per-node answer: never for Q/DQ, small fills yes, else its
+    default."""
+    if node.op_type in _QUANTIZATION_OPS and node.domain in ("", "ai.onnx"):
+        return False
+    return _fold_small_fills(node)
 
 
 #: A fill of at most this many elements is folded into a constant.

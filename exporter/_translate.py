@@ -112,7 +112,7 @@ def lookup(registry: Registry, target: Any) -> Translation | None:
         return found
     # Ops of optional libraries (torchvision) are registered by qualified name, so they work
     # whatever the import order.
-    found = registry.get(_qualified_name(target))
+    found = registry.get(qualified_name(target))
     if found is not None:
         return found
     packet = target.overloadpacket.__name__
@@ -201,7 +201,7 @@ def _target_label(node: torch.fx.Node, target: Any) -> str:
     return f"{name} on complex tensors" if _touches_complex(node) else name
 
 
-def _qualified_name(target: torch._ops.OpOverload) -> str:
+def qualified_name(target: torch._ops.OpOverload) -> str:
     """'torchvision::nms.default' style name of an overload."""
     return f"{target.namespace}::{target._opname}.{target._overloadname}"
 

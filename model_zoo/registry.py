@@ -38,6 +38,7 @@ FAMILIES = (
     "transformers-audio",
     "transformers-auto",
     "synthetic",
+    "quantized",
 )
 DTYPES = ("f32", "f16", "bf16", "i64", "b8")
 _CASE_MODULES = (
@@ -45,6 +46,7 @@ _CASE_MODULES = (
     "model_zoo.torchvision_cases",
     "model_zoo.transformers_cases",
     "model_zoo.transformers_auto",
+    "model_zoo.quantized_cases",
 )
 _TOLERANCES_PATH = Path(__file__).with_name("tolerances.toml")
 

@@ -660,3 +660,57 @@ def load_policy(path: str | Path) -> Policy:
         sign_invariant_entries=sign_invariant,
         distribution_globs=tuple(data.get("distribution", {}).get("ops", ())),
     )
+
+
+# ---------------------------------------------------------------- quantized tensors and outputs
+#: Quantized integers may be one code apart on at most this fraction of the elements: torch
+#: quantizes ``round(x * (1/scale))``, ONNX's QuantizeLinear ``round(x / scale)``; the two
+#: products differ in the last bit now and then, which moves a value sitting on a half-step tie
+#: to the neighbouring code. Anything further apart, or more often, is a wrong translation.
+CODE_TIE_FRACTION = 1e-3
+#: A dequantized model output may differ from torch's by this many of its quantization steps:
+#: one code flipped on a tie upstream moves it by about one step.
+QUANTIZED_OUTPUT_STEPS = 2.0
+
+
+def compare_codes(
+    expected: Any, actual: Any, *, max_fraction: float = CODE_TIE_FRACTION
+) -> ArrayComparison:
+    """Quantized integer tensors: equal, except at most one code apart on at most
+    ``max_fraction`` of the elements (see CODE_TIE_FRACTION)."""
+    want, got = np.asarray(expected), np.asarray(actual)
+    if want.shape != got.shape:
+        return ArrayComparison(False, f"shape {got.shape} != expected {want.shape}")
+    if want.dtype != got.dtype:
+        return ArrayComparison(False, f"dtype {got.dtype} != expected {want.dtype}")
+    diff = np.abs(want.astype(np.int64) - got.astype(np.int64))
+    total = int(diff.size)
+    widest = int(diff.max()) if total else 0
+    apart = int(np.count_nonzero(diff))
+    allowed = int(max_fraction * total)
+    ok = widest <= 1 and apart <= allowed
+    message = (
+        f"{apart} of {total} codes differ (at most {allowed} may, by one code), "
+        f"widest gap {widest} code(s)"
+    )
+    return ArrayComparison(ok, message, max_abs=float(widest), mismatched=apart, total=total)
+
+
+def compare_in_steps(
+    expected: Any, actual: Any, *, step: float, steps: float = QUANTIZED_OUTPUT_STEPS
+) -> ArrayComparison:
+    """A float output of a quantized model: every element within ``steps`` quantization
+    steps (``step`` is the output's scale) of the expected value."""
+    want = np.asarray(expected, dtype=np.float64)
+    got = np.asarray(actual, dtype=np.float64)
+    if want.shape != got.shape:
+        return ArrayComparison(False, f"shape {got.shape} != expected {want.shape}")
+    diff = np.abs(want - got)
+    bound = steps * step
+    bad = int(np.count_nonzero(~(diff <= bound)))
+    widest = float(np.nanmax(diff)) if diff.size else 0.0
+    message = (
+        f"max |diff| {widest:.3g} = {widest / step:.3g} steps of {step:.3g} "
+        f"(at most {steps:g}); {bad} of {diff.size} elements outside"
+    )
+    return ArrayComparison(bad == 0, message, max_abs=widest, mismatched=bad, total=diff.size)

@@ -40,6 +40,7 @@ INTRODUCED_IN: dict[str, int] = {
     "IsInf-f16": 20,  # IsInf accepts float16 and bfloat16 from opset 20
     "GroupNormalization": 21,
     "Cast-int4": 21,
+    "QuantizeLinear-16bit": 21,  # Q/DQ on int16/uint16 (and int4, block_size)
     "Attention": 23,
     "RMSNormalization": 23,
     "RotaryEmbedding": 23,

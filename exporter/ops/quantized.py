@@ -1,25 +1,98 @@
-"""Dequantization ops of torch's ``quantized_decomposed`` library (PT2E quantization, and
-quantized checkpoints in transformers): integer values with a scale and zero point become
-floats.
+"""Quantization ops: PT2E's ``quantized_decomposed`` library (quantize, dequantize, choose
+qparams) and ATen's fake-quantize family (QAT) as QuantizeLinear/DequantizeLinear, the QDQ form
+onnxruntime fuses into QLinearConv, QGemm, QLinearMatMul.
 
-The ops are registered by qualified name: their library exists only once
-``torch.ao.quantization.fx._decomposed`` is imported, which the exporter never does itself.
-Each step computes in the dtype torch's reference kernel does, integer subtraction wrapping
-as it does there, rather than in ``DequantizeLinear``, which neither wraps nor takes the
-wider zero points and float64 scales these ops allow.
+The ``quantized_decomposed`` ops are registered by qualified name: their library exists only
+once ``torch.ao.quantization.fx._decomposed`` (or torchao's PT2E) is imported, which the
+exporter never does itself.
+
+Where ONNX and torch agree, a Q/DQ node is emitted:
+
+- torch quantizes ``round(x * (1/scale)) + zero_point``, ONNX ``round(x / scale) +
+  zero_point`` (both round half to even): a value on a tie between two codes can land one
+  code apart (``exporter.diagnostics.compare.compare_quantized`` is the rule that allows it);
+- a ``quant_min``/``quant_max`` narrower than the dtype is a Clip after QuantizeLinear;
+- scales are float32 (torch computes there), zero points are cast to the quantized dtype.
+
+Where they do not, the translation computes torch's formula step by step instead of emitting
+a node that would compute something else: a dtype QuantizeLinear does not take at the target
+opset (int16 before opset 21, int32, float8), a constant zero point outside the dtype, float64
+scales a float32 scale cannot hold, and ``dequantize_per_channel`` with zero points of the
+input's own narrow dtype (torch's subtraction then wraps around).
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnx_ir as ir
 import torch
 
+from exporter import _dtypes
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
+#: Integer dtypes QuantizeLinear/DequantizeLinear take -> the ONNX feature that brings them.
+_QDQ_FEATURE = {
+    torch.uint8: None,
+    torch.int8: None,
+    torch.uint16: "QuantizeLinear-16bit",
+    torch.int16: "QuantizeLinear-16bit",
+}
 
-def _binary(ctx, op_type, x, y):
-    dtype = ctx.result_type(x, y)
-    return call(ctx, op_type, *ctx.promote(x, y, dtype=dtype), _dtype=dtype)
+
+def _bounds(dtype: torch.dtype) -> tuple[int, int]:
+    info = torch.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _qdq_takes(ctx, dtype: torch.dtype) -> bool:
+    if dtype not in _QDQ_FEATURE:
+        return False
+    feature = _QDQ_FEATURE[dtype]
+    return feature is None or ctx.has(feature)
+
+
+def _constant(value):
+    """A Python number, or the numpy array of a constant value, else None."""
+    if isinstance(value, (int, float)):
+        return np.asarray(value)
+    if isinstance(value, ir.Value) and value.const_value is not None:
+        return value.const_value.numpy()
+    return None
+
+
+def _fits(value, dtype: torch.dtype) -> bool:
+    """Whether a zero point (number or value) surely lies inside ``dtype``'s range; a value
+    computed at run time counts as fitting (torch's own ops produce it within range)."""
+    array = _constant(value)
+    if array is None:
+        return True
+    lo, hi = _bounds(dtype)
+    return bool(np.all((array >= lo) & (array <= hi)))
+
+
+def _float32_scale(value) -> bool:
+    """Whether float32 holds the scale(s) exactly (PT2E's float64 scales come from float32)."""
+    array = _constant(value)
+    if array is None:
+        return value is None or not isinstance(value, ir.Value) or value.dtype != ir.DataType.DOUBLE
+    return bool(np.all(array.astype(np.float32).astype(array.dtype) == array))
+
+
+def _typed(value: ir.Value, dtype: torch.dtype) -> ir.Value:
+    value.dtype = _dtypes.to_ir(dtype)
+    return value
+
+
+def _per_tensor_param(ctx, value, dtype: torch.dtype) -> ir.Value:
+    """A per-tensor scale or zero point (number or 1-element tensor) as a 0-d ``dtype``."""
+    if isinstance(value, ir.Value):
+        return ctx.cast(ctx.op.Reshape(value, ctx.const([], torch.int64)), dtype)
+    return ctx.const(value, dtype)
+
+
+def _per_channel_param(ctx, value, dtype: torch.dtype) -> ir.Value:
+    return ctx.cast(ctx.op.Reshape(value, ctx.const([-1], torch.int64)), dtype)
 
 
 def _along(ctx, values, axis, rank):
@@ -30,19 +103,105 @@ def _along(ctx, values, axis, rank):
     return ctx.op.Reshape(values, shape)
 
 
-@translates("quantized_decomposed::dequantize_per_channel.default")
-def dequantize_per_channel(
-    ctx, input, scales, zero_points, axis, quant_min, quant_max, dtype, *, out_dtype=None
-):
+def _binary(ctx, op_type, x, y):
+    dtype = ctx.result_type(x, y)
+    return call(ctx, op_type, *ctx.promote(x, y, dtype=dtype), _dtype=dtype)
+
+
+# ---------------------------------------------------------------- QDQ emitters
+def _quantize_linear(ctx, x, scale, zero_point, quant_min, quant_max, dtype, axis=None):
+    """QuantizeLinear of ``x`` (in float32, as torch computes), then a Clip to ``quant_min``/
+    ``quant_max`` where those are narrower than ``dtype`` (or given at run time)."""
+    attrs = {} if axis is None else {"axis": axis}
+    q = _typed(ctx.op.QuantizeLinear(ctx.cast(x, torch.float32), scale, zero_point, **attrs), dtype)
+    lo, hi = _bounds(dtype)
+    qmin, qmax = _constant(quant_min), _constant(quant_max)
+    if qmin is not None and qmax is not None and int(qmin) <= lo and int(qmax) >= hi:
+        return q
+    low = _per_tensor_param(ctx, quant_min, dtype)
+    high = _per_tensor_param(ctx, quant_max, dtype)
+    return _typed(ctx.op.Clip(q, low, high), dtype)
+
+
+def _dequantize_linear(ctx, q, scale, zero_point, out_dtype, axis=None):
+    attrs = {} if axis is None else {"axis": axis}
+    inputs = (q, scale) if zero_point is None else (q, scale, zero_point)
+    scale_dtype = ctx.dtype(scale)
+    return ctx.cast(_typed(ctx.op.DequantizeLinear(*inputs, **attrs), scale_dtype), out_dtype)
+
+
+# --------------------------------------------------------- torch's formulas, exactly
+def _torch_codes(ctx, x, inv_scale, zero_point):
+    """``round(x * inv_scale) + zero_point`` in float32, as torch's kernels compute it."""
+    scaled = ctx.op.Mul(ctx.cast(x, torch.float32), ctx.cast(inv_scale, torch.float32))
+    return ctx.op.Add(ctx.op.Round(scaled), ctx.cast(zero_point, torch.float32))
+
+
+def _inverse(ctx, scale):
+    """``1.0 / scale`` computed in float64 (torch divides a Python float), then float32."""
+    if isinstance(scale, (int, float)):
+        return ctx.const(np.float32(1.0 / scale), torch.float32)
+    wide = ctx.cast(scale, torch.float64)
+    return ctx.cast(ctx.op.Div(ctx.const(1.0, torch.float64), wide), torch.float32)
+
+
+def _clamp_codes(ctx, codes, quant_min, quant_max):
+    low = _per_tensor_param(ctx, quant_min, torch.float32)
+    high = _per_tensor_param(ctx, quant_max, torch.float32)
+    return ctx.op.Clip(codes, low, high)
+
+
+# ----------------------------------------------------------------- quantize
+@translates(
+    "quantized_decomposed::quantize_per_tensor.default",
+    "quantized_decomposed::quantize_per_tensor.tensor",
+    "quantized_decomposed::quantize_per_tensor.tensor2",
+)
+def quantize_per_tensor(ctx, input, scale, zero_point, quant_min, quant_max, dtype):
+    dynamic = _dynamic_codes(ctx, input, scale, zero_point, quant_min, quant_max, dtype)
+    if dynamic is not None:
+        return dynamic
+    if _qdq_takes(ctx, dtype) and _fits(zero_point, dtype):
+        return _quantize_linear(
+            ctx,
+            input,
+            _per_tensor_param(ctx, scale, torch.float32),
+            _per_tensor_param(ctx, zero_point, dtype),
+            quant_min,
+            quant_max,
+            dtype,
+        )
+    inv = _inverse(ctx, scale if not isinstance(scale, ir.Value) else ctx.op.Reshape(scale, []))
+    zp = _per_tensor_param(ctx, zero_point, torch.float32)
+    codes = _clamp_codes(ctx, _torch_codes(ctx, input, inv, zp), quant_min, quant_max)
+    return ctx.cast(codes, dtype)
+
+
+@translates("quantized_decomposed::quantize_per_channel.default")
+def quantize_per_channel(ctx, input, scales, zero_points, axis, quant_min, quant_max, dtype):
     rank = ctx.rank(input)
     axis = axis % rank
-    shifted = input
-    if zero_points is not None:
-        shifted = _binary(ctx, "Sub", input, _along(ctx, zero_points, axis, rank))
-    scaled = _binary(ctx, "Mul", shifted, _along(ctx, scales, axis, rank))
-    return ctx.cast(scaled, ctx.out_dtype)
+    if _qdq_takes(ctx, dtype) and _fits(zero_points, dtype):
+        return _quantize_linear(
+            ctx,
+            input,
+            _per_channel_param(ctx, scales, torch.float32),
+            _per_channel_param(ctx, zero_points, dtype),
+            quant_min,
+            quant_max,
+            dtype,
+            axis=axis,
+        )
+    # torch: round(x * (1.0 / scales)) in the scales' dtype (float64 ones widen x), then + zp
+    wide = torch.float64 if ctx.dtype(scales) == torch.float64 else torch.float32
+    inv = ctx.op.Div(ctx.const(1.0, wide), ctx.cast(scales, wide))
+    scaled = ctx.op.Mul(ctx.cast(input, wide), _along(ctx, inv, axis, rank))
+    codes = ctx.op.Add(ctx.op.Round(scaled), ctx.cast(_along(ctx, zero_points, axis, rank), wide))
+    low, high = ctx.const(quant_min, wide), ctx.const(quant_max, wide)
+    return ctx.cast(ctx.op.Clip(codes, low, high), dtype)
 
 
+# ---------------------------------------------------------------- dequantize
 @translates(
     "quantized_decomposed::dequantize_per_tensor.default",
     "quantized_decomposed::dequantize_per_tensor.tensor",
@@ -51,11 +210,57 @@ def dequantize_per_channel(
 def dequantize_per_tensor(
     ctx, input, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None
 ):
-    # torch's kernel converts to the output dtype first, then shifts and scales there.
-    converted = ctx.cast(input, out_dtype or torch.float32)
+    out_dtype = out_dtype or torch.float32
+    # torch's kernel converts to the output dtype first, then shifts and scales there; for
+    # float32 that is what DequantizeLinear computes. In float16/bfloat16 torch rounds the
+    # scale (or not: a Python float scale stays float32 in its kernel), so those take torch's
+    # formula below.
+    wide = out_dtype == torch.float32
+    if wide and _qdq_takes(ctx, dtype) and _fits(zero_point, dtype):
+        return _dequantize_linear(
+            ctx,
+            input,
+            _per_tensor_param(ctx, scale, out_dtype),
+            _per_tensor_param(ctx, zero_point, dtype),
+            ctx.out_dtype,
+        )
+    converted = ctx.cast(input, out_dtype)
+    scale = ctx.op.Reshape(scale, []) if isinstance(scale, ir.Value) else scale
+    zero_point = ctx.op.Reshape(zero_point, []) if isinstance(zero_point, ir.Value) else zero_point
     return ctx.cast(
         _binary(ctx, "Mul", _binary(ctx, "Sub", converted, zero_point), scale), ctx.out_dtype
     )
+
+
+@translates("quantized_decomposed::dequantize_per_channel.default")
+def dequantize_per_channel(
+    ctx, input, scales, zero_points, axis, quant_min, quant_max, dtype, *, out_dtype=None
+):
+    rank = ctx.rank(input)
+    axis = axis % rank
+    # torch subtracts in the promoted integer dtype: zero points of the input's own narrow
+    # dtype wrap around there, which DequantizeLinear does not do.
+    wraps = zero_points is not None and ctx.dtype(zero_points) == ctx.dtype(input)
+    if (
+        _qdq_takes(ctx, dtype)
+        and not wraps
+        and _float32_scale(scales)
+        and (zero_points is None or _fits(zero_points, dtype))
+    ):
+        zp = None if zero_points is None else _per_channel_param(ctx, zero_points, dtype)
+        return _dequantize_linear(
+            ctx,
+            input,
+            _per_channel_param(ctx, scales, torch.float32),
+            zp,
+            ctx.out_dtype,
+            axis=axis,
+        )
+    shifted = input
+    if zero_points is not None:
+        shifted = _binary(ctx, "Sub", input, _along(ctx, zero_points, axis, rank))
+    scaled = _binary(ctx, "Mul", shifted, _along(ctx, scales, axis, rank))
+    return ctx.cast(scaled, ctx.out_dtype)
 
 
 @translates("quantized_decomposed::dequantize_per_token.default")
@@ -64,3 +269,190 @@ def dequantize_per_token(
 ):
     shifted = _binary(ctx, "Sub", input, zero_points)
     return ctx.cast(_binary(ctx, "Mul", shifted, scales), ctx.out_dtype)
+
+
+# ---------------------------------------------------------- dynamic quantization
+@translates("quantized_decomposed::choose_qparams.tensor")
+def choose_qparams(ctx, input, quant_min, quant_max, eps, dtype):
+    """torch's ``determine_qparams`` (per-tensor affine): the range widened to hold 0,
+    ``scale = max(range / (qmax - qmin), eps)``, ``zero_point = clamp(qmin -
+    round(min / scale))``. Returned as torch does: a float64 [1] scale, an int64 [1] zero
+    point.
+
+    For uint8 over 0..255 this is DynamicQuantizeLinear (whose quantized output the following
+    ``quantize_per_tensor.tensor`` reuses); it differs from torch only where the range is
+    below ``255 * eps`` (torch raises the scale to ``eps``, onnxruntime does not).
+    """
+    if dtype == torch.uint8 and (quant_min, quant_max) == (0, 255):
+        x = ctx.cast(input, torch.float32)
+        q, scale, zp = ctx.op.DynamicQuantizeLinear(x, _outputs=3)
+        _typed(q, torch.uint8), _typed(scale, torch.float32), _typed(zp, torch.uint8)
+        return (
+            ctx.cast(ctx.op.Reshape(scale, [1]), torch.float64),
+            ctx.cast(ctx.op.Reshape(zp, [1]), torch.int64),
+        )
+    return _affine_qparams(ctx, input, quant_min, quant_max, eps, symmetric=False, dtype=dtype)
+
+
+@translates("quantized_decomposed::choose_qparams_symmetric.tensor")
+def choose_qparams_symmetric(ctx, input, quant_min, quant_max, eps, dtype):
+    return _affine_qparams(ctx, input, quant_min, quant_max, eps, symmetric=True, dtype=dtype)
+
+
+def _affine_qparams(ctx, input, quant_min, quant_max, eps, *, symmetric, dtype):
+    x = ctx.cast(input, torch.float32)
+    zero = ctx.const(0.0, torch.float32)
+    low = ctx.op.Min(ctx.op.ReduceMin(x, keepdims=0), zero)
+    high = ctx.op.Max(ctx.op.ReduceMax(x, keepdims=0), zero)
+    eps_value = ctx.const(np.float32(eps), torch.float32)
+    if symmetric:
+        high = ctx.op.Max(ctx.op.Neg(low), high)
+        span = ctx.const(np.float32(float(quant_max - quant_min) / 2), torch.float32)
+        scale = ctx.op.Max(ctx.op.Div(high, span), eps_value)
+        zp_value = 128 if dtype == torch.uint8 else 0
+        zp = ctx.const([zp_value], torch.int64)
+    else:
+        span = ctx.const(np.float32(float(quant_max - quant_min)), torch.float32)
+        scale = ctx.op.Max(ctx.op.Div(ctx.op.Sub(high, low), span), eps_value)
+        offset = ctx.cast(ctx.op.Round(ctx.op.Div(low, scale)), torch.int64)
+        zp = ctx.op.Sub(ctx.const(quant_min, torch.int64), offset)
+        zp = ctx.op.Clip(zp, ctx.const(quant_min, torch.int64), ctx.const(quant_max, torch.int64))
+        zp = ctx.op.Reshape(zp, ctx.const([1], torch.int64))
+    scale = ctx.cast(ctx.op.Reshape(scale, ctx.const([1], torch.int64)), torch.float64)
+    return scale, zp
+
+
+def _dynamic_codes(ctx, input, scale, zero_point, quant_min, quant_max, dtype):
+    """The quantized output of the DynamicQuantizeLinear that ``choose_qparams`` emitted for
+    this same input, when ``scale``/``zero_point`` are its results: one node computes both."""
+    if not isinstance(scale, ir.Value) or dtype != torch.uint8:
+        return None
+    if (_constant(quant_min), _constant(quant_max)) != (0, 255):
+        return None
+    dql = _source(scale)
+    if dql is None or dql is not _source(zero_point) or dql.outputs[1] is not _through(scale):
+        return None
+    if _through(ctx.cast(input, torch.float32)) is not dql.inputs[0]:
+        return None
+    return dql.outputs[0]
+
+
+def _through(value):
+    """``value`` with the Reshape/Cast chain choose_qparams adds peeled off."""
+    while value.producer() is not None and value.producer().op_type in ("Cast", "Reshape"):
+        value = value.producer().inputs[0]
+    return value
+
+
+def _source(value):
+    origin = _through(value) if isinstance(value, ir.Value) else None
+    node = origin.producer() if origin is not None else None
+    return node if node is not None and node.op_type == "DynamicQuantizeLinear" else None
+
+
+# ------------------------------------------------------------ fake quantize (QAT)
+def _fake_dtype(ctx, quant_min: int, quant_max: int) -> torch.dtype | None:
+    """The narrowest integer dtype QuantizeLinear takes that holds ``quant_min..quant_max``."""
+    for dtype in (torch.uint8, torch.int8, torch.uint16, torch.int16):
+        lo, hi = _bounds(dtype)
+        if lo <= quant_min and quant_max <= hi and _qdq_takes(ctx, dtype):
+            return dtype
+    return None
+
+
+def _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, axis=None):
+    """``(clamp(round(x * (1/scale)) + zp, qmin, qmax) - zp) * scale``: a Q/DQ pair where a
+    dtype holds the range and the zero points are integers, torch's formula otherwise; and
+    the codes before clamping (for the mask), computed by torch's formula."""
+    rank = ctx.rank(x)
+    param = _per_tensor_param if axis is None else _per_channel_param
+    dtype = _fake_dtype(ctx, quant_min, quant_max)
+    integer_zp = not isinstance(zero_point, ir.Value) or _dtypes.is_int(ctx.dtype(zero_point))
+    if axis is None:
+        shape_like = lambda v: v  # noqa: E731
+    else:
+        shape_like = lambda v: _along(ctx, v, axis, rank)  # noqa: E731
+    scale32 = param(ctx, scale, torch.float32)
+    inv = ctx.op.Reciprocal(scale32)
+    zp32 = param(ctx, zero_point, torch.float32)
+    if dtype is not None and integer_zp:
+        zp = param(ctx, zero_point, dtype)
+        q = _quantize_linear(ctx, x, scale32, zp, quant_min, quant_max, dtype, axis=axis)
+        out = _dequantize_linear(ctx, q, scale32, zp, ctx.dtype(x), axis=axis)
+        return out, lambda: _torch_codes(ctx, x, shape_like(inv), shape_like(zp32))
+    if integer_zp:
+        codes = _torch_codes(ctx, x, shape_like(inv), shape_like(zp32))
+    else:
+        # a float zero point is added before rounding
+        scaled = ctx.op.Mul(ctx.cast(x, torch.float32), shape_like(inv))
+        codes = ctx.op.Round(ctx.op.Add(scaled, shape_like(zp32)))
+    clamped = _clamp_codes(ctx, codes, quant_min, quant_max)
+    out = ctx.op.Mul(ctx.op.Sub(clamped, shape_like(zp32)), shape_like(scale32))
+    return ctx.cast(out, ctx.dtype(x)), lambda: codes
+
+
+def _mask(ctx, codes, quant_min, quant_max):
+    low = ctx.op.GreaterOrEqual(codes, ctx.const(float(quant_min), torch.float32))
+    return ctx.op.And(low, ctx.op.LessOrEqual(codes, ctx.const(float(quant_max), torch.float32)))
+
+
+def _with_mask(ctx, result, quant_min, quant_max):
+    out, codes = result
+    mask = _mask(ctx, codes(), quant_min, quant_max) if 1 in ctx.used_outputs() else None
+    if mask is None:
+        mask = ctx.op.ConstantOfShape(ctx.op.Shape(out), value=ir.tensor([True]))
+    return out, mask
+
+
+@translates(
+    torch.ops.aten.fake_quantize_per_tensor_affine.default,
+    torch.ops.aten.fake_quantize_per_tensor_affine.tensor_qparams,
+)
+def fake_quantize_per_tensor_affine(ctx, self, scale, zero_point, quant_min, quant_max):
+    return _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max)[0]
+
+
+@translates(torch.ops.aten.fake_quantize_per_tensor_affine_cachemask.default)
+def fake_quantize_per_tensor_affine_cachemask(ctx, self, scale, zero_point, quant_min, quant_max):
+    result = _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max)
+    return _with_mask(ctx, result, quant_min, quant_max)
+
+
+@translates(torch.ops.aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default)
+def fake_quantize_per_tensor_cachemask_tensor_qparams(
+    ctx, self, scale, zero_point, fake_quant_enabled, quant_min, quant_max
+):
+    out, mask = _with_mask(
+        ctx,
+        _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max),
+        quant_min,
+        quant_max,
+    )
+    enabled = _constant(fake_quant_enabled)
+    if enabled is not None:
+        if int(enabled.reshape(-1)[0]) != 0:
+            return out, mask
+        all_true = ctx.op.ConstantOfShape(ctx.op.Shape(self), value=ir.tensor([True]))
+        return ctx.op.Identity(self), all_true
+    on = ctx.op.Not(
+        ctx.op.Equal(
+            ctx.op.Reshape(ctx.op.Slice(ctx.op.Reshape(fake_quant_enabled, [-1]), [0], [1]), []),
+            ctx.const(0, ctx.dtype(fake_quant_enabled)),
+        )
+    )
+    return ctx.op.Where(on, out, self), ctx.op.Or(mask, ctx.op.Not(on))
+
+
+@translates(torch.ops.aten.fake_quantize_per_channel_affine.default)
+def fake_quantize_per_channel_affine(ctx, self, scale, zero_point, axis, quant_min, quant_max):
+    axis = axis % ctx.rank(self)
+    return _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)[0]
+
+
+@translates(torch.ops.aten.fake_quantize_per_channel_affine_cachemask.default)
+def fake_quantize_per_channel_affine_cachemask(
+    ctx, self, scale, zero_point, axis, quant_min, quant_max
+):
+    axis = axis % ctx.rank(self)
+    result = _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)
+    return _with_mask(ctx, result, quant_min, quant_max)

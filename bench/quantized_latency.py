@@ -1,0 +1,116 @@
+"""ONNX Runtime CPU latency of the quantized zoo: float against quantized, ours against torch.onnx.
+
+    python bench/quantized_latency.py [--runs 30] [--models quantized/resnet18_pt2e_x86,...]
+
+For each case of ``model_zoo/quantized_cases.py``: the float model before quantization exported
+by ours, and the quantized model exported by ours and by ``torch.onnx.export(dynamo=True)``.
+All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread,
+ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine load falls on
+all alike. Prints per model: median milliseconds, the speed-up float / quantized, the size of
+each serialized model and of its weights (initializers), and each quantized graph's largest difference from the quantized eager
+model in the case's output quantization steps (``exporter.diagnostics.compare.compare_in_steps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+from ort_latency import _feeds, _session, _time  # noqa: E402
+
+import exporter  # noqa: E402
+from exporter.diagnostics.compare import compare_in_steps  # noqa: E402
+from model_zoo import quantized_cases, registry  # noqa: E402
+
+ALL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def _outputs(module, args, kwargs) -> list[np.ndarray]:
+    out = module(*args, **kwargs)
+    out = out if isinstance(out, (tuple, list)) else [out]
+    return [o.detach().numpy() for o in out]
+
+
+def _weight_bytes(proto) -> int:
+    """Bytes of the initializers as stored (int4 packed two to a byte)."""
+    import onnx
+
+    return sum(
+        len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer
+    )
+
+
+def bench_case(name: str, runs: int) -> list[str]:
+    case = registry.get(name)
+    quantized, args, kwargs = case.build()
+    floating = quantized_cases.FLOAT_MODULES[name]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graphs = {
+            "float": exporter.export(floating, args, kwargs=kwargs).model_proto,
+            "ours": exporter.export(quantized, args, kwargs=kwargs).model_proto,
+        }
+        try:
+            graphs["torch.onnx"] = torch.onnx.export(
+                quantized, args, kwargs=kwargs, dynamo=True, verbose=False
+            ).model_proto
+        except Exception as error:  # noqa: BLE001 - report whose export failed, keep going
+            print(f"{name}: torch.onnx cannot export it: {type(error).__name__}")
+    blobs = {key: proto.SerializeToString() for key, proto in graphs.items()}
+    weights = {key: _weight_bytes(proto) for key, proto in graphs.items()}
+    sessions = {key: _session(blob, ALL) for key, blob in blobs.items()}
+    feeds = {key: _feeds(session, args, kwargs) for key, session in sessions.items()}
+    times: dict[str, list[float]] = {key: [] for key in sessions}
+    order = list(sessions)
+    for run in range(runs + 1):
+        for key in order if run % 2 else reversed(order):
+            elapsed = _time(sessions[key], feeds[key])
+            if run:  # the first round warms up
+                times[key].append(elapsed)
+    want = _outputs(quantized, args, kwargs)
+    step = quantized_cases._STEP[name]
+    lines = [f"{name}"]
+    median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    for key in order:
+        line = (
+            f"  {key:<10} {median[key]:8.2f} ms  model {len(blobs[key]) / 1e6:6.2f} MB"
+            f"  weights {weights[key] / 1e6:6.2f} MB"
+        )
+        if key != "float":
+            got = sessions[key].run(None, feeds[key])
+            worst = max(compare_in_steps(w, g, step=step).max_abs / step for w, g in zip(want, got))
+            line += (
+                f"  float/quantized {median['float'] / median[key]:5.2f}x"
+                f"  weights {weights['float'] / weights[key]:4.2f}x smaller"
+                f"  max diff from eager {worst:6.1f} steps"
+            )
+        lines.append(line)
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--models", default=",".join(quantized_cases.FLOAT_MODULES))
+    options = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"onnxruntime {ort.__version__}, CPU, 1 thread, ORT_ENABLE_ALL, {options.runs} runs")
+    for name in options.models.split(","):
+        for line in bench_case(name, options.runs):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""Quantized models: torchvision CNNs quantized with PT2E (torchao's ``prepare_pt2e`` /
+calibration / ``convert_pt2e``, X86InductorQuantizer's default scheme: uint8 activations, int8
+weights per channel) and a tiny BERT after torchao's ``quantize_`` with int8 dynamic
+activation + int8 weight.
+
+Family ``quantized``, tier ``full``; select them with ``--tier full --models 'quantized/*'``.
+Static shapes: PT2E quantizes a program captured at the example shapes. torchao is optional:
+without it the cases are not registered.
+
+resnet18: torchao 0.18's X86InductorQuantizer stops inside ``prepare_pt2e`` on torchvision's
+BasicBlock ("Input partition has more than one output node"): the block calls one ``nn.ReLU``
+module twice, so the quantizer's ReLU partition has two outputs. No quantizer setting avoids it
+(global, per module type, per function type, QAT all stop there); the case gives each block a
+ReLU that calls ``F.relu`` (the same function, one partition per call) and keeps the default
+X86 config.
+
+Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
+``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
+activation quantized before the output), and a classifier's top-1 equal wherever eager's top
+two logits are further apart than that tolerance.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from model_zoo._common import generator_for
+from model_zoo.registry import Inputs, ModelCase, register
+
+#: Output steps allowed for a quantized model: onnxruntime's fused integer kernels round each
+#: requantization once where eager rounds it in float, and one code flipped early moves later
+#: layers by a few steps.
+QUANTIZED_CASE_STEPS = 8.0
+
+#: Each case's float model before quantization (for bench/quantized_latency.py).
+FLOAT_MODULES: dict[str, Callable[[], nn.Module]] = {}
+
+#: The step of each case's output, found when its module is built.
+_STEP: dict[str, float] = {}
+
+
+def _torchao_available() -> bool:
+    """Whether torchao is installed; looked up without importing it (registering stays cheap)."""
+    return importlib.util.find_spec("torchao") is not None
+
+
+class _Relu(nn.Module):
+    """``F.relu`` in a module of its own: a block calling it twice gives two partitions."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.relu(x)
+
+
+def _unshare_relus(module: nn.Module) -> None:
+    for sub in module.modules():
+        if isinstance(getattr(sub, "relu", None), nn.ReLU):
+            sub.relu = _Relu()
+
+
+def _last_quantize_scale(graph_module: torch.fx.GraphModule) -> float:
+    scales = [
+        float(node.args[1])
+        for node in graph_module.graph.nodes
+        if node.op == "call_function"
+        and getattr(node.target, "namespace", "") == "quantized_decomposed"
+        and node.target.__name__.startswith("quantize_per_tensor")
+        and isinstance(node.args[1], float)
+    ]
+    return scales[-1]
+
+
+def _pt2e(module: nn.Module, name: str, make_inputs, sizes) -> nn.Module:
+    from torchao.quantization import pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    args, _ = make_inputs(sizes)
+    captured = torch.export.export(module.eval(), args).module()
+    quantizer = x86.X86InductorQuantizer()
+    quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(captured, quantizer)
+    for seed in range(4):  # calibration: inputs like the example, other draws
+        generator = torch.Generator().manual_seed(seed)
+        prepared(*(torch.randn(a.shape, generator=generator) for a in args))
+    converted = convert_pt2e(prepared)
+    pt2e.move_exported_model_to_eval(converted)
+    pt2e.allow_exported_model_train_eval(converted)
+    _STEP[name] = _last_quantize_scale(converted)
+    return _Converted(converted)
+
+
+class _Converted(nn.Module):
+    """A converted PT2E program as an ordinary module (its own ``eval()`` returns None)."""
+
+    def __init__(self, program: torch.fx.GraphModule) -> None:
+        super().__init__()
+        self.program = program
+
+    def forward(self, *args: Any) -> Any:
+        return self.program(*args)
+
+
+def _classifier_compare(name: str) -> Callable[[Any, Any], list[str]]:
+    def compare(expected, actual) -> list[str]:
+        from exporter.diagnostics.compare import compare_in_steps
+
+        step = _STEP[name]
+        steps = QUANTIZED_CASE_STEPS
+        problems = []
+        for index, (want, got) in enumerate(zip(expected, actual)):
+            want, got = np.asarray(want), np.asarray(got)
+            result = compare_in_steps(want, got, step=step, steps=steps)
+            if not result.ok:
+                problems.append(f"output {index}: {result.message}")
+            if want.ndim == 2 and want.shape == got.shape:
+                top2 = np.sort(want, axis=-1)[:, -2:]
+                clear = (top2[:, 1] - top2[:, 0]) > 2 * steps * step
+                differ = (want.argmax(-1) != got.argmax(-1)) & clear
+                if differ.any():
+                    problems.append(
+                        f"output {index}: top-1 differs on rows {np.flatnonzero(differ).tolist()}"
+                    )
+        return problems
+
+    return compare
+
+
+def _register_pt2e(model_name: str, prepare: Callable[[nn.Module], None] | None, notes: str):
+    import torchvision
+
+    from model_zoo.torchvision_cases import _deterministic
+
+    name = f"quantized/{model_name}_pt2e_x86"
+    sizes = {"batch": 2}
+
+    def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
+        generator = generator_for(name, axis_sizes)
+        return (torch.randn((axis_sizes.get("batch", 2), 3, 64, 64), generator=generator),), {}
+
+    def make_float() -> nn.Module:
+        module = torchvision.models.get_model(model_name, weights=None)
+        module = _deterministic(module, name, make_inputs(sizes))
+        if prepare is not None:
+            prepare(module)
+        return module.eval()
+
+    def make_module() -> nn.Module:
+        return _pt2e(make_float(), name, make_inputs, sizes)
+
+    FLOAT_MODULES[name] = make_float
+
+    register(
+        ModelCase(
+            name=name,
+            family="quantized",
+            tier="full",
+            make_module=make_module,
+            make_inputs=make_inputs,
+            sizes={},
+            second_sizes={},
+            dynamic_shapes=None,
+            compare=_classifier_compare(name),
+            notes=notes,
+        )
+    )
+
+
+def _register_bert_int8_dynamic() -> None:
+    from model_zoo import transformers_cases as hf
+
+    name = "quantized/bert_int8_dynamic"
+    make_text = hf._text_inputs(name)
+
+    def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
+        return make_text({**hf._SEQUENCE_SIZES, **axis_sizes})
+
+    def make_float() -> nn.Module:
+        return hf._encoder("BertConfig", "BertModel", {**hf._TEXT, **hf._TOKEN_IDS}, name)
+
+    def make_module() -> nn.Module:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        module = make_float()
+        quantize_(module, Int8DynamicActivationInt8WeightConfig())
+        # dynamic per-row activation scales: the step of a hidden state of this size
+        _STEP[name] = 1.0 / 127
+        return module
+
+    FLOAT_MODULES[name] = make_float
+
+    register(
+        ModelCase(
+            name=name,
+            family="quantized",
+            tier="full",
+            make_module=make_module,
+            make_inputs=make_inputs,
+            sizes={},
+            second_sizes={},
+            dynamic_shapes=None,
+            compare=_classifier_compare(name),
+            notes=(
+                "BertModel (2 layers, hidden 32) after torchao quantize_ with "
+                "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations, "
+                "int8 weights, aten._int_mm as MatMulInteger."
+            ),
+        )
+    )
+
+
+@functools.cache
+def _register_all() -> None:
+    if not _torchao_available():
+        return
+    _register_pt2e(
+        "mobilenet_v2",
+        None,
+        "torchvision mobilenet_v2 (weights=None, BN-calibrated), PT2E with X86InductorQuantizer's "
+        "default config, 64x64 inputs.",
+    )
+    _register_pt2e(
+        "resnet18",
+        _unshare_relus,
+        "torchvision resnet18, PT2E with X86InductorQuantizer's default config after giving "
+        "each BasicBlock a ReLU of its own (the shared nn.ReLU stops prepare_pt2e).",
+    )
+    _register_bert_int8_dynamic()
+
+
+_register_all()
