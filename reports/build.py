@@ -10,6 +10,7 @@ from typing import Any
 
 from reports.charts import chart_paths, draw, planned_charts
 from reports.expectation_links import ExpectationLinks
+from reports.matrix_md import matrix_markdown
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
 from reports.rows import CaseResult, RowsRead, report_invalid, scan_rows
@@ -32,6 +33,7 @@ def render_markdown(
         "summary.md": summary_markdown(rows, completeness, runs, missing),
         "ops.md": ops_markdown(rows, links, out_dir),
         "models.md": models_markdown(rows, links, out_dir),
+        "matrix.md": matrix_markdown(rows),
     }
 
 
@@ -44,7 +46,7 @@ def build_reports(
     completeness: str | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
-    """Write summary.md, ops.md, models.md and charts into ``out_dir``.
+    """Write summary.md, ops.md, models.md, matrix.md and charts into ``out_dir``.
 
     ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
     make an incomplete run read as one; ``runs`` (run manifests) name the commit and command in
