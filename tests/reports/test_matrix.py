@@ -5,6 +5,7 @@ from __future__ import annotations
 from reports import build_reports
 from reports.matrix_md import matrix_markdown
 from reports.rows import CaseResult
+from tests.reports.test_reports import tables as _tables
 
 
 def _row(op, opset, status, exporter="ours", sample=0, shapes="static", dtype="f32"):
@@ -20,23 +21,6 @@ def _row(op, opset, status, exporter="ours", sample=0, shapes="static", dtype="f
         exporter=exporter,
         status=status,
     )
-
-
-def _tables(md: str) -> list[list[dict[str, str]]]:
-    found, lines, i = [], md.splitlines(), 0
-    while i < len(lines):
-        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
-            headers = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-            i += 2
-            body = []
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-                body.append(dict(zip(headers, cells, strict=True)))
-                i += 1
-            found.append(body)
-        else:
-            i += 1
-    return found
 
 
 def _rows_of_three_runs():
