@@ -499,3 +499,79 @@ def write_expectations(path: Path, entries: Sequence[Expectation]) -> None:
 
     body = tomli_w.dumps({"expectation": [e.to_toml_dict() for e in entries]}) if entries else ""
     Path(path).write_text(HEADER + "\n" + body, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- re-judging rows
+
+
+def rejudge(row, entries: Sequence[Expectation]):
+    """The row as ``entries`` judge it: the outcome a run recorded (pass, or a failure at its
+    stage), with the status and expectation these entries give. A case that did not run (a
+    skip) stays a skip: there is no outcome to judge."""
+    if row.status in ("skip", "vacuous"):
+        return row
+    facts = row_facts(row.id, (row.extra or {}).get("sample"))
+    skip = skip_entry(entries, facts)
+    if skip is not None:
+        return dataclasses.replace(row, status="skip", expectation=skip.reason)
+    outcome = {"xfail": "fail", "xpass": "pass"}.get(row.status, row.status)
+    verdict = judge(entries, facts, outcome, row.stage, row.error_signature)
+    reason = verdict.entry.reason if verdict.entry is not None and verdict.item == "xfail" else None
+    return dataclasses.replace(row, status=verdict.status, expectation=reason)
+
+
+def _rejudge_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m conformance.expectations RESULTS... --out DIR``: the rows of earlier runs
+    judged by today's expectation files, written to ``DIR/rejudged.jsonl`` (build reports from
+    it with ``python -m reports build DIR``), with the unexpected count per opset and exporter.
+    Exit code 1 when any result is unexpected."""
+    import argparse
+    import collections
+
+    from reports.rows import UNEXPECTED, append_row, scan_rows
+
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.expectations", description=_rejudge_main.__doc__
+    )
+    parser.add_argument("results", nargs="+", type=Path, help="results folders or JSONL files")
+    parser.add_argument("--out", required=True, type=Path, help="folder for rejudged.jsonl")
+    parser.add_argument(
+        "--expectations-dir",
+        type=Path,
+        default=Path(__file__).with_name("expectations"),
+        help="the expectation files to judge by (default: this checkout's)",
+    )
+    args = parser.parse_args(argv)
+    found = scan_rows(args.results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "rejudged.jsonl"
+    target.unlink(missing_ok=True)
+    files: dict[tuple[str, str], list[Expectation]] = {}
+    counts: dict[tuple[int, str], collections.Counter] = collections.defaultdict(
+        collections.Counter
+    )
+    for row in found.rows:
+        key = (row.kind, row.exporter)
+        if key not in files:
+            prefix = "models-" if row.kind == "model" else ""
+            files[key] = load_expectations(args.expectations_dir / f"{prefix}{row.exporter}.toml")
+        judged = rejudge(row, files[key])
+        append_row(target, judged)
+        counts[(row.opset, row.exporter)]["cases"] += 1
+        counts[(row.opset, row.exporter)][judged.status] += 1
+        if judged.status in UNEXPECTED:
+            print(f"unexpected: {judged.id} {judged.status} at {judged.stage}")
+    unexpected = 0
+    for (opset, exporter), count in sorted(counts.items()):
+        bad = sum(count[s] for s in UNEXPECTED)
+        unexpected += bad
+        shown = ", ".join(f"{s} {count[s]}" for s in ("pass", "xfail", "skip") if count[s])
+        print(f"opset {opset} {exporter}: {count['cases']} cases, {shown}, unexpected {bad}")
+    print(f"wrote {target}")
+    return 1 if unexpected else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_rejudge_main())

@@ -125,16 +125,17 @@ def test_verdicts(tmp_path):
 
 
 def _row(case_id, status, stage=None, signature=None):
+    facts = row_facts(case_id)
     return CaseResult(
         id=case_id,
         kind="op",
-        subject="x",
+        subject=facts["op"],
         family="x",
-        dtype="f32",
-        shapes="static",
-        opset=20,
-        provider="cpu",
-        exporter="ours",
+        dtype=facts["dtype"],
+        shapes=facts["shapes"],
+        opset=facts["opset"],
+        provider=facts["provider"],
+        exporter=facts["exporter"],
         status=status,
         stage=stage,
         error_signature=signature,
@@ -369,3 +370,40 @@ def test_failures_no_condition_can_tell_from_passes_get_one_entry_each():
         status = "pass" if row.status == "pass" else "fail"
         verdict = ex.judge(added, _facts(row.id), status, row.stage, row.error_signature)
         assert verdict.status == ("pass" if status == "pass" else "xfail")
+
+
+def test_rejudging_rows_of_an_earlier_run(tmp_path, capsys):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nop = "grid"\nopset = "<20"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "5-D needs opset 20"\n'
+        '[[expectation]]\nop = "drop"\nstatus = "skip"\nreason = "random mask"\n',
+    )
+    entries = ex.load_expectations(path)
+    failed_17 = _row(_case("grid", opset=17), "fail", "export", "5-D")  # now expected
+    old_xfail = _row(_case("abs", opset=17), "xfail", "compare", "x")  # its entry is gone
+    passed_20 = _row(_case("grid", opset=20), "pass")
+    passed_18 = _row(_case("grid", opset=18), "pass")  # inside the range: an unexpected pass
+    skipped = _row(_case("grid", sample=1, opset=17), "skip")
+    ran_drop = _row(_case("drop"), "fail", "compare", "x")
+    judged = [
+        ex.rejudge(r, entries)
+        for r in (failed_17, old_xfail, passed_20, passed_18, skipped, ran_drop)
+    ]
+    assert [r.status for r in judged] == ["xfail", "fail", "pass", "xpass", "skip", "skip"]
+    assert judged[0].expectation == "5-D needs opset 20"
+    assert judged[1].expectation is None
+
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text("".join(r.to_json() + "\n" for r in (failed_17, passed_20)))
+    out = tmp_path / "out"
+    code = ex._rejudge_main(
+        [str(rows_file), "--out", str(out), "--expectations-dir", str(tmp_path)]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "opset 17 ours: 1 cases, xfail 1, unexpected 0" in printed
+    assert "opset 20 ours: 1 cases, pass 1, unexpected 0" in printed
+    from reports.rows import read_rows
+
+    assert [r.status for r in read_rows([out / "rejudged.jsonl"])] == ["xfail", "pass"]
