@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -362,10 +363,10 @@ class Proposal:
     added: list[Expectation]
 
 
-#: The case fields a proposed entry narrows, in the order they are tried: an entry names a sample
-#: before a shape mode, and an opset range last, so that it holds at every opset unless the rows
-#: show the failure at some opsets and a pass at others.
-_NARROWING_AXES = ("sample", "optimize", "shapes", "dtype", "provider", "exporter", "opset")
+#: The case fields a proposed entry may narrow, in the order they are preferred when several
+#: would each do: an opset range first (the rows show the failure at some opsets and a pass at
+#: others), then a shape mode, the samples, and the rest.
+_NARROWING_AXES = ("opset", "shapes", "sample", "dtype", "provider", "optimize", "exporter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,22 +455,20 @@ def _group_new_failures(
 def _narrow(
     kind: str, subject: str, members: Sequence[_Outcome], peers: Sequence[_Outcome]
 ) -> list[dict[str, Any]]:
-    """Conditions covering every member and no peer: the subject, then each axis whose values
-    tell the members from a peer still covered. Members no product of axis values can tell from
-    their peers get one entry each, with every axis."""
-    conditions: dict[str, Any] = {kind: subject}
-    covered = list(peers)
-    for axis in _NARROWING_AXES:
-        if not covered:
-            break
-        values = {m.facts.get(axis) for m in members}
-        if all(p.facts.get(axis) in values for p in covered):
-            continue
-        seen = {o.facts.get(axis) for o in (*members, *peers)}
-        conditions[axis] = _axis_value(axis, values, seen)
-        covered = [p for p in covered if p.facts.get(axis) in values]
-    if not covered:
-        return [conditions]
+    """Conditions covering every member and no peer: the subject, narrowed on the fewest axes
+    whose values tell the members from every peer (the first such set in ``_NARROWING_AXES``
+    order). Members no set of axis values can tell from their peers get one entry each."""
+    values = {axis: {m.facts.get(axis) for m in members} for axis in _NARROWING_AXES}
+    telling = [
+        axis
+        for axis in _NARROWING_AXES
+        if any(p.facts.get(axis) not in values[axis] for p in peers)
+    ]
+    for size in range(len(telling) + 1):
+        for axes in itertools.combinations(telling, size):
+            if all(any(p.facts.get(a) not in values[a] for a in axes) for p in peers):
+                seen = {a: {o.facts.get(a) for o in (*members, *peers)} for a in axes}
+                return [{kind: subject, **{a: _axis_value(a, values[a], seen[a]) for a in axes}}]
     return [
         {kind: subject, **{axis: m.facts[axis] for axis in _NARROWING_AXES if axis in m.facts}}
         for m in sorted(members, key=lambda m: m.facts["id"])

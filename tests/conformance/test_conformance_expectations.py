@@ -407,3 +407,17 @@ def test_rejudging_rows_of_an_earlier_run(tmp_path, capsys):
     from reports.rows import read_rows
 
     assert [r.status for r in read_rows([out / "rejudged.jsonl"])] == ["xfail", "pass"]
+
+
+def test_the_fewest_conditions_that_tell_failures_from_passes_are_proposed():
+    # A shard ran sample 1 at opset 23 only; at 17 both samples pass. The opset alone tells
+    # them apart, so the entry names no sample (a sample list would be an accident of sharding).
+    rows = [
+        _row(_case("bernoulli", 1, "static", 23), "fail", "load", "NOT_IMPLEMENTED"),
+        _row(_case("bernoulli", 0, "static", 17), "pass"),
+        _row(_case("bernoulli", 1, "static", 17), "pass"),
+        _row(_case("bernoulli", 0, "dynamic", 17), "pass"),
+    ]
+    (entry,) = _propose_added(rows)
+    assert entry.match == {"op": "bernoulli", "opset": ">=23"}
+    assert _judged_as_proposed(rows, entry)
