@@ -10,6 +10,7 @@ from typing import Any
 
 from reports.charts import chart_paths, draw, planned_charts
 from reports.expectation_links import ExpectationLinks
+from reports.matrix_md import matrix_markdown
 from reports.models_md import models_markdown
 from reports.ops_md import ops_markdown
 from reports.rows import CaseResult, RowsRead, read_rows, report_invalid, scan_rows
@@ -33,6 +34,7 @@ def render_markdown(
         "summary.md": summary_markdown(rows, completeness, runs, missing),
         "ops.md": ops_markdown(rows, links, out_dir),
         "models.md": models_markdown(rows, links, out_dir),
+        "matrix.md": matrix_markdown(rows),
     }
     # Every report says where the bounds its pass and fail verdicts used are listed.
     footer = f"Tolerances of every comparison: {report_link(out_dir)}.\n"
@@ -48,7 +50,7 @@ def build_reports(
     completeness: str | None = None,
     runs: Sequence[Mapping[str, Any]] = (),
 ) -> list[Path]:
-    """Write summary.md, ops.md, models.md and charts into ``out_dir``.
+    """Write summary.md, ops.md, models.md, matrix.md and charts into ``out_dir``.
 
     ``missing`` (collected case ids without a row) and ``completeness`` (the line saying so)
     make an incomplete run read as one; ``runs`` (run manifests) name the commit and command in

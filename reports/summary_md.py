@@ -186,6 +186,7 @@ def links(rows: Sequence[CaseResult]) -> str:
         items.append("[ops.md](ops.md)")
     if any(row.kind == "model" for row in rows):
         items.append("[models.md](models.md)")
+    items.append("[matrix.md](matrix.md) (per opset and exporter)")
     items.append("JUnit XML (pytest's own) in the run's `RESULTS/junit.xml`")
     images = [f"![{chart.title}]({chart.path})" for chart in planned_charts(rows)]
     return "Details: " + " · ".join(items) + ("\n\n" + "\n".join(images) if images else "")

@@ -142,9 +142,30 @@ def _can_use_attention_op(ctx, query, key, value, attn_mask, dropout_p, scale):
     return scale is None or isinstance(scale, (int, float))
 
 
+def _full_mask(ctx, attn_mask, query, key):
+    """The mask expanded to [..., q_len, kv_len] where its last two dims may broadcast: the
+    Attention spec takes any broadcastable mask, but onnxruntime 1.31's kernel requires the
+    mask's q_len dim to equal the query's (a [B, 1, 1, S] padding mask fails at run)."""
+    mask_shape, q_shape, k_shape = ctx.shape(attn_mask), ctx.shape(query), ctx.shape(key)
+    if (
+        mask_shape is not None
+        and q_shape is not None
+        and k_shape is not None
+        and isinstance(mask_shape[-2], int)
+        and mask_shape[-2] == q_shape[-2]
+        and mask_shape[-1] == k_shape[-2]
+    ):
+        return attn_mask
+    ones = ctx.const([1] * (ctx.rank(attn_mask) - 2), torch.int64)
+    target = ctx.op.Concat(ones, dim_size(ctx, query, 2), dim_size(ctx, key, 2), axis=0)
+    return ctx.op.Expand(attn_mask, target)
+
+
 def _attention_op(ctx, query, key, value, attn_mask, is_causal, scale):
     # Rows the mask closes completely come out as zeros, as in torch: the Attention spec says
     # so (an erratum to opset 23 in the onnx 1.23 spec), and onnxruntime 1.31's kernel does it.
+    if attn_mask is not None:
+        attn_mask = _full_mask(ctx, attn_mask, query, key)
     return ctx.op.Attention(
         query,
         key,

@@ -66,15 +66,24 @@ def _fractional_max_pool(ctx, x, kernel_size, output_size, random_samples, nd, s
         offsets = ctx.op.Reshape(offsets, [kernel[d] if e == d else 1 for e in range(nd)])
         part = ctx.op.Mul(ctx.op.Add(starts, offsets), strides[d])
         flat_index = part if flat_index is None else ctx.op.Add(flat_index, part)
-    windows = ctx.op.Reshape(flat_index, [0, 0, -1])
+    # Every Reshape names its last size instead of -1: with an empty batch or channel dim, a
+    # copied 0 beside -1 leaves -1 undetermined, which ONNX rejects.
+    window_count = math.prod(outs) * math.prod(kernel)
+    windows = ctx.op.Reshape(flat_index, [0, 0, window_count])
     work = compute_dtype(dtype, _MAX_DTYPES)
-    values = ctx.op.GatherElements(ctx.op.Reshape(ctx.cast(x, work), [0, 0, -1]), windows, axis=2)
-    values = ctx.op.Reshape(values, [0, 0, *outs, -1])
-    windows = ctx.op.Reshape(windows, [0, 0, *outs, -1])
+    plane = ctx.op.ReduceProd(ctx.op.Concat(*sizes, axis=0), keepdims=1)
+    flat_x = ctx.op.Reshape(
+        ctx.cast(x, work), ctx.op.Concat(ctx.const([0, 0], torch.int64), plane, axis=0)
+    )
+    values = ctx.op.GatherElements(flat_x, windows, axis=2)
+    values = ctx.op.Reshape(values, [0, 0, *outs, math.prod(kernel)])
+    windows = ctx.op.Reshape(windows, [0, 0, *outs, math.prod(kernel)])
     # ArgMax keeps the first maximum, as torch's strict ``>`` scan does.
     pick = ctx.op.ArgMax(values, axis=-1, keepdims=1)
-    out = ctx.op.Squeeze(ctx.op.GatherElements(values, pick, axis=-1), [-1])
-    indices = ctx.op.Squeeze(ctx.op.GatherElements(windows, pick, axis=-1), [-1])
+    # Reshape, not Squeeze: onnxruntime's ArgMax keeps the reduced axis whole on an empty input.
+    picked = [0, 0, *outs]
+    out = ctx.op.Reshape(ctx.op.GatherElements(values, pick, axis=-1), picked)
+    indices = ctx.op.Reshape(ctx.op.GatherElements(windows, pick, axis=-1), picked)
     out = ctx.cast(out, dtype)
     if not batched:
         out, indices = ctx.op.Squeeze(out, [0]), ctx.op.Squeeze(indices, [0])

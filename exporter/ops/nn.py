@@ -159,7 +159,11 @@ def _instance_normalize(ctx, x, eps, work, channels=None):
 
 def _group_norm(ctx, input, groups, weight, bias, eps):
     rank = ctx.rank(input)
-    if ctx.has("GroupNormalization"):
+    shape = ctx.shape(input)
+    # onnxruntime runs GroupNormalization by expanding its function body, whose Reshape to
+    # (N, groups, -1) fails on an empty tensor; the InstanceNormalization view below does not.
+    empty = shape is None or any(dim == 0 for dim in shape)
+    if ctx.has("GroupNormalization") and not empty:
         x, work = _float_input(ctx, input)
         scale = ctx.cast(weight, work) if weight is not None else _channel_ones(ctx, input, work)
         shift = ctx.cast(bias, work) if bias is not None else _channel_ones(ctx, input, work, 0)

@@ -37,7 +37,17 @@ def test_missing_file_means_no_expectations(tmp_path):
     ("entry", "complaint"),
     [
         ('id = "*"\nstatus = "maybe"\nreason = "r"', "status must be one of"),
-        ('status = "xfail"\nreason = "r"', "needs an id glob or a match table"),
+        ('status = "xfail"\nreason = "r"', "needs a condition"),
+        ('op = "abs"\nopset = ">=2x"\nstatus = "xfail"\nreason = "r"', "'>=2x' is not a range"),
+        ('op = "abs"\nopset = "19-17"\nstatus = "xfail"\nreason = "r"', "empty range"),
+        ('op = "abs"\nopset = 2.5\nstatus = "xfail"\nreason = "r"', "integer or a range"),
+        ('op = "abs"\nsample = ["<3", "x"]\nstatus = "xfail"\nreason = "r"', "sample: 'x'"),
+        ('op = "abs"\ndtype = "float32"\nstatus = "xfail"\nreason = "r"', "dtype = 'float32'"),
+        ('op = "abs"\nopset = []\nstatus = "xfail"\nreason = "r"', "matches nothing"),
+        (
+            'op = "abs"\nmatch = { op = "sub" }\nstatus = "xfail"\nreason = "r"',
+            "both in the entry and in its match table",
+        ),
         ('id = "*"\nstatus = "xfail"\nstage = "late"\nreason = "r"', "stage must be one of"),
         (
             'id = "*"\nstatus = "xfail"\nreason = "r"\nmatch = { colour = "red" }',
@@ -115,16 +125,17 @@ def test_verdicts(tmp_path):
 
 
 def _row(case_id, status, stage=None, signature=None):
+    facts = row_facts(case_id)
     return CaseResult(
         id=case_id,
         kind="op",
-        subject="x",
+        subject=facts["op"],
         family="x",
-        dtype="f32",
-        shapes="static",
-        opset=20,
-        provider="cpu",
-        exporter="ours",
+        dtype=facts["dtype"],
+        shapes=facts["shapes"],
+        opset=facts["opset"],
+        provider=facts["provider"],
+        exporter=facts["exporter"],
         status=status,
         stage=stage,
         error_signature=signature,
@@ -151,20 +162,23 @@ def test_proposal_drops_stale_entries_and_adds_new_failures(tmp_path):
     assert [e.reason for e in proposal.dropped] == ["fixed since"]
     kept = [e.reason for e in proposal.entries if e.index >= 0]
     assert kept == ["still failing", "not run this time"]
-    added = {e.id: e for e in proposal.added}
-    assert set(added) == {NONZERO, "op::cumsum::s000::f32::static::opset20::cpu::ours"}
-    assert added[NONZERO].status == "xfail" and added[NONZERO].stage == "compare"
-    assert added[NONZERO].signature == "shape mismatch"
+    # One condition per op: nothing else of these ops ran, so nothing narrows them.
+    added = {e.match["op"]: e for e in proposal.added}
+    assert set(added) == {"nonzero", "cumsum"}
+    assert all(e.id is None and set(e.match) == {"op"} for e in proposal.added)
+    assert added["nonzero"].status == "xfail" and added["nonzero"].stage == "compare"
+    assert added["nonzero"].signature == "shape mismatch"
+    assert "name the cause" in added["nonzero"].reason
     # Crashers are proposed as skips: a crash would waste a shard every run.
-    assert added["op::cumsum::s000::f32::static::opset20::cpu::ours"].status == "skip"
+    assert added["cumsum"].status == "skip"
 
     target = ex.proposed_path(path)
     assert target.name == "ours.proposed.toml"
     ex.write_expectations(target, proposal.entries)
     reloaded = ex.load_expectations(target)
-    assert [e.id for e in reloaded] == [e.id for e in proposal.entries]
-    written = {e["id"]: e for e in tomllib.loads(target.read_text())["expectation"]}
-    assert written[NONZERO]["signature"] == "shape mismatch"
+    assert [(e.id, e.match) for e in reloaded] == [(e.id, e.match) for e in proposal.entries]
+    written = {e.get("op"): e for e in tomllib.loads(target.read_text())["expectation"]}
+    assert written["nonzero"]["signature"] == "shape mismatch"
 
 
 def test_a_failure_that_moved_stage_replaces_its_entry(tmp_path):
@@ -176,7 +190,234 @@ def test_a_failure_that_moved_stage_replaces_its_entry(tmp_path):
     proposal = ex.propose(entries, [_row(CONV, "fail", "compare", "mismatch")])
     assert [e.reason for e in proposal.dropped] == ["old"]
     (added,) = proposal.added
-    assert (added.id, added.stage) == (CONV, "compare")
+    assert (added.match, added.stage) == ({"op": "nn.functional.conv2d"}, "compare")
     # The new entry covers the failure the next time round.
     facts = _facts(CONV)
     assert ex.judge(proposal.entries, facts, "fail", "compare", "mismatch").status == "xfail"
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def _case(op="abs", sample=0, shapes="static", opset=20, dtype="f32", provider="cpu"):
+    return f"op::{op}::s{sample:03d}::{dtype}::{shapes}::opset{opset}::{provider}::ours"
+
+
+@pytest.mark.parametrize(
+    ("text", "inside", "outside"),
+    [
+        ("20", [20], [19, 21]),
+        ("==20", [20], [19, 21]),
+        (">=22", [22, 26], [21]),
+        (">22", [23], [22]),
+        ("<=19", [17, 19], [20]),
+        ("<20", [17, 19], [20]),
+        ("17-19", [17, 18, 19], [16, 20]),
+        (" 17 - 19 ", [17, 19], [20]),
+    ],
+)
+def test_ranges(text, inside, outside):
+    found = ex.parse_range(text)
+    assert all(n in found for n in inside)
+    assert not any(n in found for n in outside)
+    assert "20" not in found and True not in found  # only integers are in a range
+
+
+def test_an_entry_without_an_opset_holds_at_every_opset(tmp_path):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nop = "allclose"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "returns a Python bool"\n',
+    )
+    entries = ex.load_expectations(path)
+    for opset in (17, 18, 20, 23, 26):
+        facts = _facts(_case("allclose", sample=8, opset=opset, shapes="dynamic"))
+        assert ex.judge(entries, facts, "fail", "export", "x").status == "xfail"
+    assert ex.judge(entries, _facts(_case("abs")), "fail", "export", "x").status == "fail"
+
+
+def test_opset_range_and_other_conditions_select_cases(tmp_path):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nop = "nn.functional.grid_sample"\nopset = "<20"\n'
+        "match = { max_ndim = 5 }\n"
+        'status = "xfail"\nstage = "export"\nreason = "5-D GridSample needs opset 20"\n'
+        '[[expectation]]\nop = "nn.functional.*"\nopset = [">=24", 22]\nshapes = "dynamic"\n'
+        'dtype = ["f16", "bf16"]\nsample = "1-2"\nprovider = "cpu"\n'
+        'status = "xfail"\nstage = "compare"\nreason = "r"\n',
+    )
+    grid, other = ex.load_expectations(path)
+    grid_case = "nn.functional.grid_sample"
+    assert grid.matches(_facts(_case(grid_case, opset=17), max_ndim=5))
+    assert grid.matches(_facts(_case(grid_case, opset=19), max_ndim=5))
+    assert not grid.matches(_facts(_case(grid_case, opset=20), max_ndim=5))
+    assert not grid.matches(_facts(_case(grid_case, opset=17), max_ndim=4))
+    relu = "nn.functional.relu"
+    assert other.matches(_facts(_case(relu, 1, "dynamic", 22, "f16")))
+    assert other.matches(_facts(_case(relu, 2, "dynamic", 26, "bf16")))
+    assert not other.matches(_facts(_case(relu, 2, "dynamic", 23, "bf16")))  # opset
+    assert not other.matches(_facts(_case(relu, 3, "dynamic", 24, "bf16")))  # sample
+    assert not other.matches(_facts(_case(relu, 1, "static", 24, "bf16")))  # shapes
+    assert not other.matches(_facts(_case(relu, 1, "dynamic", 24, "f32")))  # dtype
+    # The canonical form writes the case fields at the top, sample facts under match.
+    assert grid.to_toml_dict()["opset"] == "<20"
+    assert grid.to_toml_dict()["match"] == {"max_ndim": 5}
+
+
+def test_stale_detection_per_condition(tmp_path):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nop = "bernoulli"\nopset = ">=22"\nstatus = "xfail"\nstage = "load"\n'
+        'reason = "no RandomUniformLike(22) kernel"\n'
+        '[[expectation]]\nop = "abs"\nopset = "<20"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "needs opset 20"\n',
+    )
+    entries = ex.load_expectations(path)
+    rows = [
+        _row(_case("bernoulli", opset=23), "xpass"),  # inside its range: contradicts it
+        _row(_case("bernoulli", opset=20), "pass"),  # outside: says nothing about it
+        _row(_case("abs", opset=20), "pass"),  # outside the abs entry's range
+    ]
+    proposal = ex.propose(entries, rows)
+    assert [e.reason for e in proposal.dropped] == ["no RandomUniformLike(22) kernel"]
+    assert [e.reason for e in proposal.entries] == ["needs opset 20"]
+    assert proposal.added == []
+
+
+def _propose_added(rows):
+    return ex.propose([], rows).added
+
+
+def test_a_failure_at_every_opset_is_proposed_once_without_an_opset():
+    rows = [
+        _row(_case("equal", sample, shapes, opset), "fail", "export", "DataDependent: equal")
+        for sample in (0, 2)
+        for shapes in ("static", "dynamic")
+        for opset in (17, 20, 23)
+    ]
+    (entry,) = _propose_added(rows)
+    assert entry.match == {"op": "equal"}
+    assert (entry.status, entry.stage, entry.signature) == (
+        "xfail",
+        "export",
+        "DataDependent: equal",
+    )
+
+
+def test_an_opset_range_is_proposed_only_where_rows_show_a_pass_at_other_opsets():
+    sig = "Unsupported: 5-D GridSample"
+    failing = [
+        _row(_case("grid", s, "static", o), "fail", "export", sig) for s in (0, 1) for o in (17, 18)
+    ]
+    passing = [_row(_case("grid", s, "static", o), "pass") for s in (0, 1) for o in (20, 23)]
+    (below,) = _propose_added(failing + passing)
+    assert below.match == {"op": "grid", "opset": "<20"}
+    # The same failure at the newest opsets only reads as a lower bound.
+    late = [
+        _row(_case("rand", 0, "static", o), "fail", "load", "NOT_IMPLEMENTED") for o in (23, 26)
+    ]
+    early = [_row(_case("rand", 0, "static", o), "pass") for o in (17, 20)]
+    (above,) = _propose_added(late + early)
+    assert above.match == {"op": "rand", "opset": ">=23"}
+    # A failure between passes names the span.
+    middle = [_row(_case("mid", 0, "static", o), "fail", "run", "x") for o in (20, 21)]
+    ends = [_row(_case("mid", 0, "static", o), "pass") for o in (18, 23)]
+    (span,) = _propose_added(middle + ends)
+    assert span.match == {"op": "mid", "opset": "20-21"}
+    for rows, entry in ((failing + passing, below), (late + early, above), (middle + ends, span)):
+        assert _judged_as_proposed(rows, entry)
+
+
+def _judged_as_proposed(rows, entry):
+    """Every row is judged xfail (a failure) or pass by the proposed entry alone."""
+    for row in rows:
+        status = "pass" if row.status == "pass" else "fail"
+        verdict = ex.judge([entry], _facts(row.id), status, row.stage, row.error_signature)
+        if verdict.status != ("pass" if status == "pass" else "xfail"):
+            return False
+    return True
+
+
+def test_samples_shapes_and_signatures_narrow_a_proposal():
+    sig = "output count differs"
+    rows = [
+        _row(_case("chunk", 1, "dynamic", 20), "fail", "second-shape", sig),
+        _row(_case("chunk", 2, "dynamic", 20), "fail", "second-shape", sig),
+        _row(_case("chunk", 0, "dynamic", 20), "pass"),
+        *(_row(_case("chunk", s, "static", 20), "pass") for s in (0, 1, 2)),
+        _row(_case("chunk", 3, "static", 20), "fail", "export", "Guard"),
+    ]
+    by_stage = {e.stage: e for e in _propose_added(rows)}
+    assert by_stage["second-shape"].match == {"op": "chunk", "sample": [1, 2], "shapes": "dynamic"}
+    assert by_stage["export"].match == {"op": "chunk", "sample": 3}
+    for entry in by_stage.values():
+        assert not any(entry.matches(_facts(r.id)) for r in rows if r.status == "pass")
+
+
+def test_failures_no_condition_can_tell_from_passes_get_one_entry_each():
+    rows = [
+        _row(_case("odd", 0, "static", 20), "fail", "compare", "x"),
+        _row(_case("odd", 1, "dynamic", 20), "fail", "compare", "x"),
+        _row(_case("odd", 0, "dynamic", 20), "pass"),
+        _row(_case("odd", 1, "static", 20), "pass"),
+    ]
+    added = _propose_added(rows)
+    assert sorted((e.match["sample"], e.match["shapes"]) for e in added) == [
+        (0, "static"),
+        (1, "dynamic"),
+    ]
+    for row in rows:
+        status = "pass" if row.status == "pass" else "fail"
+        verdict = ex.judge(added, _facts(row.id), status, row.stage, row.error_signature)
+        assert verdict.status == ("pass" if status == "pass" else "xfail")
+
+
+def test_rejudging_rows_of_an_earlier_run(tmp_path, capsys):
+    path = _write(
+        tmp_path,
+        '[[expectation]]\nop = "grid"\nopset = "<20"\nstatus = "xfail"\nstage = "export"\n'
+        'reason = "5-D needs opset 20"\n'
+        '[[expectation]]\nop = "drop"\nstatus = "skip"\nreason = "random mask"\n',
+    )
+    entries = ex.load_expectations(path)
+    failed_17 = _row(_case("grid", opset=17), "fail", "export", "5-D")  # now expected
+    old_xfail = _row(_case("abs", opset=17), "xfail", "compare", "x")  # its entry is gone
+    passed_20 = _row(_case("grid", opset=20), "pass")
+    passed_18 = _row(_case("grid", opset=18), "pass")  # inside the range: an unexpected pass
+    skipped = _row(_case("grid", sample=1, opset=17), "skip")
+    ran_drop = _row(_case("drop"), "fail", "compare", "x")
+    judged = [
+        ex.rejudge(r, entries)
+        for r in (failed_17, old_xfail, passed_20, passed_18, skipped, ran_drop)
+    ]
+    assert [r.status for r in judged] == ["xfail", "fail", "pass", "xpass", "skip", "skip"]
+    assert judged[0].expectation == "5-D needs opset 20"
+    assert judged[1].expectation is None
+
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text("".join(r.to_json() + "\n" for r in (failed_17, passed_20)))
+    out = tmp_path / "out"
+    code = ex._rejudge_main(
+        [str(rows_file), "--out", str(out), "--expectations-dir", str(tmp_path)]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "opset 17 ours: 1 cases, xfail 1, unexpected 0" in printed
+    assert "opset 20 ours: 1 cases, pass 1, unexpected 0" in printed
+    from reports.rows import read_rows
+
+    assert [r.status for r in read_rows([out / "rejudged.jsonl"])] == ["xfail", "pass"]
+
+
+def test_the_fewest_conditions_that_tell_failures_from_passes_are_proposed():
+    # A shard ran sample 1 at opset 23 only; at 17 both samples pass. The opset alone tells
+    # them apart, so the entry names no sample (a sample list would be an accident of sharding).
+    rows = [
+        _row(_case("bernoulli", 1, "static", 23), "fail", "load", "NOT_IMPLEMENTED"),
+        _row(_case("bernoulli", 0, "static", 17), "pass"),
+        _row(_case("bernoulli", 1, "static", 17), "pass"),
+        _row(_case("bernoulli", 0, "dynamic", 17), "pass"),
+    ]
+    (entry,) = _propose_added(rows)
+    assert entry.match == {"op": "bernoulli", "opset": ">=23"}
+    assert _judged_as_proposed(rows, entry)

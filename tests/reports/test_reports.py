@@ -482,7 +482,7 @@ def test_a_build_without_charts_links_none(rows, tmp_path):
 def test_no_step_summary_without_the_variable(rows, tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     written = build_reports(rows, tmp_path, charts=False)
-    assert {p.name for p in written} == {"summary.md", "ops.md", "models.md"}
+    assert {p.name for p in written} == {"summary.md", "ops.md", "models.md", "matrix.md"}
 
 
 def test_cli_builds_from_a_directory(tmp_path, capsys):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.op_check import check_op, dims, op_types, tensor_maker
+from tests.op_check import check_op, dims, dynamic, op_types, tensor_maker
 
 r = tensor_maker(seed_stride=3, seed_counts_rank=True)
 
@@ -194,3 +194,20 @@ def test_multihead_attention_module():
         rtol=1e-4,
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_attention_op_takes_a_padding_mask_that_broadcasts_over_queries(dynamic_batch):
+    # A [B, 1, 1, S] padding mask: onnxruntime's Attention kernel wants the q_len dim in full.
+    q, k, v = qkv()
+    keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    keep[1, ..., 3:] = False
+    for mask in (keep, torch.zeros(2, 1, 1, 5).masked_fill(~keep, float("-inf"))):
+        check_op(
+            lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            [q, k, v, mask],
+            opset=23,
+            rtol=1e-4,
+            atol=1e-5,
+            dynamic_shapes=dynamic(q, k, v, mask) if dynamic_batch else None,
+        )

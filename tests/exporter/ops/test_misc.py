@@ -39,6 +39,15 @@ def test_fractional_max_pool3d():
     )
 
 
+def test_fractional_max_pool3d_empty_batch():
+    # A copied 0 beside -1 in a Reshape leaves -1 undetermined (ONNX rejects the model), and
+    # onnxruntime's ArgMax keeps the reduced axis whole on an empty input.
+    check_op(
+        lambda x, s: aten.fractional_max_pool3d(x, [2, 2, 1], [2, 2, 2], s),
+        (r(0, 1, 4, 5, 4), u(0, 1, 3)),
+    )
+
+
 def test_fractional_max_pool2d_dynamic_second_shape():
     check_op(
         lambda x, s: aten.fractional_max_pool2d(x, [3, 2], [4, 3], s),
