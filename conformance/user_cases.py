@@ -168,11 +168,18 @@ def grown_inputs(dynamic_shapes: Any, args: tuple, kwargs: dict, grow) -> Inputs
 
 
 def on_cpu(module, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict, list[str]]:
-    """Module and inputs on the CPU, and what had to move (empty when all was there)."""
+    """Module and inputs on the CPU, and what had to move (empty when all was there); a
+    ValueError for a meta module or input, which has nothing to run."""
     import torch
     import torch.utils._pytree as pytree
 
     moved = []
+    tensors = [*module.parameters(), *module.buffers(), *pytree.tree_leaves((args, kwargs))]
+    if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tensors):
+        raise ValueError(
+            "the model or its inputs are on the meta device (shapes without data): build them "
+            "with real weights and values on the CPU or a GPU"
+        )
     devices = {str(t.device) for t in [*module.parameters(), *module.buffers()]}
     if devices - {"cpu"}:
         moved.append(f"module from {', '.join(sorted(devices - {'cpu'}))}")
