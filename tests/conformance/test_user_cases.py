@@ -214,3 +214,87 @@ def test_a_model_off_the_cpu_is_moved_for_the_cpu_provider_or_refused():
         )
         assert moved == ["module from cuda:0", "inputs from cuda:0"]
         assert next(module.parameters()).device.type == args[0].device.type == "cpu"
+
+
+# --------------------------------------------------------------------------- the GitHub Action
+
+ACTION = ROOT / "action.yml"
+EXAMPLE = ROOT / "examples" / "onnx-conformance"
+EXAMPLE_WORKFLOW = EXAMPLE / ".github" / "workflows" / "conformance.yml"
+
+
+@pytest.mark.parametrize(
+    ("path", "schema"),
+    [(ACTION, "vendor.github-actions"), (EXAMPLE_WORKFLOW, "vendor.github-workflows")],
+    ids=["action", "example-workflow"],
+)
+def test_action_and_example_workflow_pass_the_schema_and_zizmor(path, schema):
+    from tests.conformance.test_workflows import _assert_succeeds, _executable
+
+    _assert_succeeds([_executable("check-jsonschema"), "--builtin-schema", schema, str(path)])
+    _assert_succeeds([_executable("zizmor"), "--offline", "--no-progress", str(path)])
+
+
+def _action_step_env(inputs: dict[str, str], step: dict) -> dict[str, str]:
+    """A step's ``env:`` as GitHub Actions fills it from the action's inputs."""
+
+    def fill(value: str) -> str:
+        return re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: inputs[m.group(1)], value)
+
+    return {name: fill(str(value)) for name, value in step.get("env", {}).items()}
+
+
+@pytest.mark.slow
+def test_the_actions_run_step_runs_the_example_project(tmp_path):
+    """The action's run step, as the example workflow calls it (shard 0 of 2), in a copy of the
+    example beside folders named like the harness's packages; then its failing step."""
+    import shutil
+
+    import yaml
+
+    action = yaml.safe_load(ACTION.read_text(encoding="utf-8"))
+    (call,) = [
+        step
+        for step in yaml.safe_load(EXAMPLE_WORKFLOW.read_text(encoding="utf-8"))["jobs"][
+            "conformance"
+        ]["steps"]
+        if "torch-onnx-conformance" in step.get("uses", "")
+    ]
+    inputs = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
+    inputs.update({name: str(value) for name, value in call["with"].items()})
+    inputs["shard-index"] = "0"  # ${{ matrix.shard }}
+    steps = {step.get("id") or step.get("name"): step for step in action["runs"]["steps"]}
+
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project)
+    for name in SHADOWING:
+        (project / name).mkdir()
+        (project / name / "__init__.py").write_text(
+            f"raise ImportError('the user folder {name}')\n"
+        )
+    github_output, summary = tmp_path / "output", tmp_path / "summary.md"
+    env = {
+        **os.environ,
+        "PATH": f"{_console_script(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "GITHUB_OUTPUT": str(github_output),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        **_action_step_env(inputs, steps["run"]),
+    }
+    done = _bash(steps["run"]["run"], project, env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert github_output.read_text() == "exit-code=0\n", done.stdout[-3000:] + done.stderr[-3000:]
+    assert "## Unexpected results" in summary.read_text(encoding="utf-8")
+    rows = (project / "onnx-conformance" / "results").glob("*.jsonl")
+    ids = {json.loads(line)["id"] for path in rows for line in path.read_text().splitlines()}
+    assert ids and all(
+        i.startswith(("model::example/cnn::", "model::example/tagger::")) for i in ids
+    )
+    assert len(ids) < 8  # one shard of the 2 models x 2 opsets x 2 shape modes
+    assert (project / "onnx-conformance" / "results" / "junit.xml").exists()
+
+    fail = steps["Fail on unexpected results"]
+    for code, expected in (("0", 0), ("1", 1)):
+        done = _bash(fail["run"], project, {**env, "CODE": code})
+        assert done.returncode == expected
