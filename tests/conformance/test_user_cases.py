@@ -114,9 +114,8 @@ def test_readme_section_runs_as_written_beside_shadowing_folders(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 failed" in done.stdout
 
-    run_block(3)
-    summary = (folder / "out/reports/summary.md").read_text(encoding="utf-8")
-    assert "8 cases" in summary or "| 8 " in summary, summary[:2000]
+    output = run_block(3)  # all 8 cases again, from pyproject.toml; branchy's 4 now expected
+    assert "8 cases, 4 passed" in output, output[-3000:]
     assert "torch.cond would" in (folder / "out/reports/models.md").read_text(encoding="utf-8")
     for name in SHADOWING:  # nothing was written into the user's folders
         assert [p.name for p in (folder / name).iterdir()] == ["__init__.py"]
