@@ -470,6 +470,7 @@ def repro(args: list[str]) -> int:
         metavar="FILE|MODULE",
         help="the case files or modules the run took the case from (repeatable)",
     )
+    parser.add_argument("--zoo", action="store_true", help="the run had --zoo")
     parser.add_argument(
         "--expectations-dir", type=Path, default=None, help="the run's expectations folder"
     )
@@ -487,7 +488,7 @@ def repro(args: list[str]) -> int:
     from conformance.model_cases import is_model_id, parse_model_id, use_extra_case_files
 
     try:
-        use_extra_case_files(options.cases or [])
+        use_extra_case_files(options.cases or [], options.zoo)
     except ValueError as exc:
         parser.error(str(exc))
     from conformance.op_cases import parse_case_id

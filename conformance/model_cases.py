@@ -147,7 +147,7 @@ def _is_module_name(entry: str) -> bool:
     return not entry.endswith(".py") and all(part.isidentifier() for part in entry.split("."))
 
 
-def use_extra_case_files(entries: Sequence[str]) -> None:
+def use_extra_case_files(entries: Sequence[str], zoo: bool = False) -> None:
     """Make ``entries`` (case files or importable module names, see ``user_cases``) the case
     source of this process and of children started after this, and load them once here, so
     that a case file that does not import is a usage error naming its file and line."""
@@ -164,13 +164,15 @@ def use_extra_case_files(entries: Sequence[str]) -> None:
                 "conformance.user_cases.ModelCase"
             )
         resolved.append(str(path))
+    if resolved and zoo:
+        resolved.append(ZOO_ENTRY)
     if resolved:
         os.environ[EXTRA_CASES_ENV] = os.pathsep.join(resolved)
     else:
         os.environ.pop(EXTRA_CASES_ENV, None)
     _extra_cases.cache_clear()
     if resolved:
-        _extra_cases(tuple(resolved))
+        _extra_cases(_user_entries())
 
 
 def _import_cases_source(index: int, entry: str):
@@ -244,35 +246,48 @@ def _extra_cases(entries: tuple[str, ...]) -> dict[str, ModelCase]:
     return found
 
 
+#: The entry of ``EXTRA_CASES_ENV`` that ``--zoo`` adds: the zoo's cases run beside the user's.
+ZOO_ENTRY = "@zoo"
+
+
+def _user_entries() -> tuple[str, ...]:
+    return tuple(entry for entry in extra_case_files() if entry != ZOO_ENTRY)
+
+
+def _with_zoo() -> bool:
+    return ZOO_ENTRY in extra_case_files() or not _user_entries()
+
+
 def all_cases(tier: str) -> list[ModelCase]:
-    """The cases of ``tier`` from the active source (extra case files, else the zoo)."""
-    paths = extra_case_files()
-    if paths:
-        from model_zoo import TIERS
+    """The cases of ``tier`` from the active source: the ``--cases`` files, then the zoo's when
+    none are given or ``--zoo`` asks for them too."""
+    from model_zoo import TIERS
 
-        if tier not in TIERS:
-            raise ValueError(f"unknown tier {tier!r}; use one of {TIERS}")
-        return [case for case in _extra_cases(paths).values() if tier in case.tags]
-    import model_zoo
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; use one of {TIERS}")
+    entries = _user_entries()
+    found = [case for case in _extra_cases(entries).values() if tier in case.tags]
+    if _with_zoo():
+        import model_zoo
 
-    return model_zoo.cases(tier)
+        found += model_zoo.cases(tier)
+    return found
 
 
 def find_case(name: str) -> ModelCase:
     """One case by name from the active source; raises ``model_zoo.UnknownCaseError``."""
-    paths = extra_case_files()
-    if paths:
-        cases = _extra_cases(paths)
-        if name in cases:
-            return cases[name]
-        from model_zoo import UnknownCaseError
+    cases = _extra_cases(_user_entries())
+    if name in cases:
+        return cases[name]
+    if _with_zoo():
+        import model_zoo
 
-        raise UnknownCaseError(
-            f"no model case named {name!r} in the --cases files; known: {', '.join(cases)}"
-        )
-    import model_zoo
+        return model_zoo.get(name)
+    from model_zoo import UnknownCaseError
 
-    return model_zoo.get(name)
+    raise UnknownCaseError(
+        f"no model case named {name!r} in the --cases files; known: {', '.join(cases)}"
+    )
 
 
 def collect(
@@ -543,7 +558,8 @@ def rerun_command(key: ModelCaseId) -> str:
     entries = extra_case_files()
     if entries:
         tests = Path(__file__).with_name("test_models.py")
-        cases = " ".join(shlex.quote(f"--cases={entry}") for entry in entries)
+        cases = " ".join(shlex.quote(f"--cases={entry}") for entry in _user_entries())
+        cases += " --zoo" if ZOO_ENTRY in entries else ""
         start = f"python -P -m pytest {shlex.quote(str(tests))} -p no:cacheprovider {cases}"
     else:
         start = "python -m pytest conformance/test_models.py"

@@ -176,8 +176,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         metavar="FILE|MODULE",
         help="your own model cases: a Python file or module defining model_cases() (see "
-        "conformance/user_cases.py); replaces the zoo, and op cases run only with --ops "
+        "conformance/user_cases.py); replaces the zoo (unless --zoo), and op cases run only with --ops "
         "(repeatable)",
+    )
+    group.addoption(
+        "--zoo", action="store_true", help="with --cases: the zoo's model cases run too"
     )
     # The option's older name (the harness's own tests used it before users could).
     group.addoption("--model-cases", dest="cases", action="append", help=argparse.SUPPRESS)
@@ -267,7 +270,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("expectations_dir"):
         os.environ[model_cases.EXPECTATIONS_DIR_ENV] = str(options.expectations_dir.resolve())
     try:
-        model_cases.use_extra_case_files(config.getoption("cases") or [])
+        model_cases.use_extra_case_files(config.getoption("cases") or [], config.getoption("zoo"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -297,3 +297,28 @@ def test_the_actions_run_step_runs_the_example_project(tmp_path):
     for code, expected in (("0", 0), ("1", 1)):
         done = _bash(fail["run"], project, {**env, "CODE": code})
         assert done.returncode == expected
+
+
+def test_zoo_cases_run_beside_the_users_only_with_zoo(tmp_path):
+    cases = _write(
+        tmp_path / "cases.py",
+        """
+        import torch
+        from conformance.user_cases import ModelCase
+
+        def model_cases():
+            return [ModelCase("mine/id", lambda: (torch.nn.Identity(), (torch.ones(2),), {}))]
+        """,
+    )
+    key = model_cases.ModelCaseId("mine/id", "f32", "static", 18, "cpu", "ours", True)
+    try:
+        model_cases.use_extra_case_files([str(cases)])
+        assert [case.name for case in model_cases.all_cases("smoke")] == ["mine/id"]
+        assert "--zoo" not in model_cases.rerun_command(key)
+        model_cases.use_extra_case_files([str(cases)], zoo=True)
+        names = [case.name for case in model_cases.all_cases("smoke")]
+        assert names[0] == "mine/id" and len(names) > 1
+        assert model_cases.find_case(names[1]).name == names[1]
+        assert model_cases.rerun_command(key).split(" --tier")[0].endswith(" --zoo")
+    finally:
+        model_cases.use_extra_case_files([])
