@@ -14,8 +14,8 @@
     ``--exporter ours --exporter torch-dynamo``, ``--opset 18``, ``--ops 'nn.functional.*'``,
     ``--shard 0/4``, ``-n 4``.
 
-``python -m conformance repro CASE_ID [--results DIR]``
-    Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
+``python -m conformance repro CASE_ID [--results DIR] [--cases FILE] [--expectations-dir DIR]``
+    (``onnx-conformance`` once installed). Re-runs one op or model case by id and rebuilds ``RESULTS/repros/<case>/`` (model.onnx,
     inputs, expected outputs, repro.py), whatever the case's outcome. The outcome is judged
     against the expectations as a run judges it: exit 0 for a pass or an expected failure (it
     prints the entry's reason), 1 for any other result.
@@ -126,8 +126,99 @@ CACHE_OPTIONS += ("--sw", "--stepwise", "--sw-skip", "--cache-show", "--cache-cl
 NOTHING_RAN_CODES = (2, 4, 5)
 
 
+#: ``-P``: the current folder stays off the child's ``sys.path``, so folders of the user's own
+#: named ``reports/``, ``conformance/``... never shadow the harness's packages.
+PYTHON = (sys.executable, "-P")
+
+
+@functools.cache
+def _value_options() -> frozenset[str]:
+    """The harness's options that take a value (``--cases FILE``, ``--results DIR``...)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    from conformance import plugin
+
+    plugin.pytest_addoption(_ArgparseOptions(parser))
+    return frozenset(
+        name for action in parser._actions if action.nargs != 0 for name in action.option_strings
+    )
+
+
+def _joined_values(args: list[str]) -> list[str]:
+    """``--cases x.py`` as ``--cases=x.py``: pytest reads its arguments before it knows the
+    harness's options, and would take ``x.py`` for a test file."""
+    joined, i = [], 0
+    while i < len(args):
+        if args[i] in _value_options() and i + 1 < len(args):
+            joined.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+        else:
+            joined.append(args[i])
+            i += 1
+    return joined
+
+
+#: Keys of the ``[tool.onnx-conformance]`` table of ./pyproject.toml and the options they give.
+PROJECT_KEYS = {
+    "cases": "--cases",
+    "opsets": "--opset",
+    "providers": "--provider",
+    "shapes": "--shapes",
+    "exporters": "--exporter",
+    "expectations": "--expectations-dir",
+    "results": "--results",
+    "reports-out": "--reports-out",
+}
+#: Keys whose values are paths, relative to the pyproject.toml's folder.
+PROJECT_PATH_KEYS = ("cases", "expectations", "results", "reports-out")
+
+
+class UsageProblem(ValueError):
+    """A command line or project setting the command cannot use (exit code 4)."""
+
+
+def project_args(
+    args: list[str], pyproject: Path = Path("pyproject.toml"), keys=tuple(PROJECT_KEYS)
+) -> list[str]:
+    """``args`` after the options ``[tool.onnx-conformance]`` of ``pyproject`` gives, for each
+    of ``keys`` whose option the command line does not give itself."""
+    if not pyproject.is_file():
+        return args
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        table = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageProblem(f"{pyproject}: not valid TOML: {exc}") from exc
+    table = table.get("tool", {}).get("onnx-conformance")
+    if table is None:
+        return args
+    unknown = sorted(set(table) - set(PROJECT_KEYS))
+    if unknown:
+        raise UsageProblem(
+            f"{pyproject} [tool.onnx-conformance]: unknown keys {unknown}; use {sorted(PROJECT_KEYS)}"
+        )
+    added = []
+    for key, value in table.items():
+        option = PROJECT_KEYS[key]
+        if key not in keys:
+            continue
+        if _has_flag(args, option) or (key == "cases" and _has_flag(args, "--model-cases")):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, (str, int)) or isinstance(item, bool):
+                raise UsageProblem(f"{pyproject} [tool.onnx-conformance] {key}: got {item!r}")
+            item = str(item)
+            if key in PROJECT_PATH_KEYS and (key != "cases" or item.endswith(".py")):
+                item = str(pyproject.parent / item)
+            added.append(f"{option}={item}")
+    return added + args
+
+
 def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
-    command = [sys.executable, "-m", "pytest"]
+    args = _joined_values(args)
+    command = [*PYTHON, "-m", "pytest"]
     if not any(_is_test_path(a) for a in args):
         command.append(str(Path(__file__).resolve().parent))
     if not _has_flag(args, "-n", "--numprocesses") and not any(
@@ -162,9 +253,16 @@ Runs the conformance cases with pytest on all cores (-n CPUS --dist load), write
 row per case into --results and pytest's JUnit XML into RESULTS/junit.xml, then builds the
 reports (summary.md, ops.md, models.md, charts) into --reports-out.
 
-exit codes: pytest's (0 all as expected, 1 an unexpected result, 2 interrupted, 4 usage,
-5 nothing selected); 6 some collected cases have no row (see the report's banner; --resume
-runs them); 7 another run holds RESULTS.
+exit codes (for CI): 0 every case as expected (passes and expected failures), 1 an unexpected
+result (a failure no expectation names, or an expected failure that passed), 2 interrupted,
+3 an internal error of pytest, 4 usage error (a bad option, a --cases file that does not
+import: its file:line is printed), 5 nothing selected; 6 some collected cases have no row
+(see the report's banner; --resume runs them); 7 another run holds RESULTS.
+
+Your own models: --cases FILE|MODULE (see conformance/user_cases.py), or a
+[tool.onnx-conformance] table in ./pyproject.toml with any of the keys cases, opsets,
+providers, shapes, exporters, expectations, results, reports-out (paths relative to it; the
+command line wins). Installed, the command is also `onnx-conformance run ...`.
 """
 HELP_EPILOGUE = """Every other argument goes to pytest unchanged, e.g. -n 4, -k EXPR, -x, --maxfail N.
 pytest's own options: python -m conformance run --help-pytest
@@ -231,6 +329,11 @@ def run(args: list[str]) -> int:
     if "--help-pytest" in args:
         args = [("--help" if arg == "--help-pytest" else arg) for arg in args]
     typed = shlex.join(["python", "-m", "conformance", "run", *args])
+    try:
+        args = project_args(args)
+    except UsageProblem as problem:
+        print(problem, file=sys.stderr)
+        return 4
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
     case_memory = _pop_option(args, "--case-memory")
     env = dict(os.environ)
@@ -252,7 +355,7 @@ def run(args: list[str]) -> int:
         print("+ " + " ".join(command), flush=True)
         return subprocess.call(command, env=env)
 
-    results = Path(_option_value(args, "--results") or "results")
+    results = Path(_option_value(_joined_values(args), "--results") or "results")
     resume = "--resume" in args
     run_id = runs.new_run_id()
     env[runs.RUN_ID_ENV] = run_id
@@ -296,7 +399,7 @@ def run(args: list[str]) -> int:
         if not cases_ran:  # the folder is left as it was found, its modification time too
             os.utime(results, ns=(found.st_atime_ns, found.st_mtime_ns))
         lock.release(remove_created=not cases_ran)
-    report_command = [sys.executable, "-m", "reports", "build", str(results)]
+    report_command = [*PYTHON, "-m", "reports", "build", str(results)]
     report_command += ["--out", str(reports_out)]
     print("+ " + " ".join(report_command), flush=True)
     report_code = subprocess.call(report_command)
@@ -360,13 +463,34 @@ def repro(args: list[str]) -> int:
         "--timeout", type=float, default=600.0, help="seconds the case may take (default 600)"
     )
     parser.add_argument(
+        "--cases",
+        "--model-cases",
+        dest="cases",
+        action="append",
+        metavar="FILE|MODULE",
+        help="the case files or modules the run took the case from (repeatable)",
+    )
+    parser.add_argument("--zoo", action="store_true", help="the run had --zoo")
+    parser.add_argument(
+        "--expectations-dir", type=Path, default=None, help="the run's expectations folder"
+    )
+    parser.add_argument(
         "--in-process",
         action="store_true",
         help="run in this process (for a debugger); a crash then ends this command",
     )
+    try:
+        args = project_args(args, keys=("cases", "expectations", "results"))
+    except UsageProblem as problem:
+        parser.error(str(problem))
     options = parser.parse_args(args)
 
-    from conformance.model_cases import is_model_id, parse_model_id
+    from conformance.model_cases import is_model_id, parse_model_id, use_extra_case_files
+
+    try:
+        use_extra_case_files(options.cases or [], options.zoo)
+    except ValueError as exc:
+        parser.error(str(exc))
     from conformance.op_cases import parse_case_id
     from conformance.repro import keep_repro
 
@@ -406,7 +530,7 @@ def repro(args: list[str]) -> int:
     from conformance.repro import judge_replay
 
     # Judged as a run judges it: an expected failure says so and is no failure of this command.
-    verdict = judge_replay(case, outcome, options.results)
+    verdict = judge_replay(case, outcome, options.results, options.expectations_dir)
     print(f"{case.id}: {verdict.status}" + (f" at stage {stage}" if stage else ""))
     if error:
         print(error)

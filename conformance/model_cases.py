@@ -6,10 +6,11 @@ An id reads ``model::<zoo name>::<dtype>::<static|dynamic>::opset<N>::<provider>
 Zoo names are ``<source>/<model>``, so the id starts with the family-ish source and stays
 greppable (``model::transformers/*::*::ours::*``).
 
-Cases come from ``model_zoo``, or, for the harness's own tests, from files named by the hidden
-``--model-cases`` option: a Python file defining ``model_cases() -> list[ModelCase]``. Those
+Cases come from ``model_zoo``, or from the files and modules named by ``--cases`` (the user's
+own models, ``conformance/user_cases.py``; ``--model-cases`` is its older name): each defines
+``model_cases()`` returning ``user_cases.ModelCase`` (or ``model_zoo.ModelCase``) objects. Those
 replace the zoo for the run (like ``--planted`` replaces the OpInfo cases); the option's value
-travels to the isolating child through ``EXTRA_CASES_ENV``.
+travels to the isolating child through ``EXTRA_CASES_ENV``, and into every saved rerun command.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import importlib.util
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 MODEL_DTYPES = ("f32", "f16")
 OPTIMIZE_FLAGS = {True: "opt", False: "noopt"}
 EXTRA_CASES_ENV = "CONFORMANCE_MODEL_CASES"
+#: The ``--expectations-dir`` of the run, when one was given (for the saved rerun commands).
+EXPECTATIONS_DIR_ENV = "CONFORMANCE_EXPECTATIONS_DIR"
 #: Vacuity descriptions kept in a row, at most (decoder caches have dozens of outputs).
 MAX_DESCRIBED_OUTPUTS = 8
 #: An exporter cannot be asked to match eager more closely than eager matches exact arithmetic:
@@ -140,70 +143,151 @@ def extra_case_files() -> tuple[str, ...]:
     return tuple(path for path in value.split(os.pathsep) if path)
 
 
-def use_extra_case_files(paths: Sequence[str]) -> None:
-    """Make ``paths`` the case source of this process and of children started after this."""
-    resolved = [str(Path(p).resolve()) for p in paths]
-    for path in resolved:
-        if not Path(path).is_file():
+def _is_module_name(entry: str) -> bool:
+    return not entry.endswith(".py") and all(part.isidentifier() for part in entry.split("."))
+
+
+def use_extra_case_files(entries: Sequence[str], zoo: bool = False) -> None:
+    """Make ``entries`` (case files or importable module names, see ``user_cases``) the case
+    source of this process and of children started after this, and load them once here, so
+    that a case file that does not import is a usage error naming its file and line."""
+    resolved = []
+    for entry in entries:
+        if _is_module_name(entry) and not Path(entry).exists():
+            resolved.append(entry)
+            continue
+        path = Path(entry).resolve()
+        if not path.is_file():
             raise ValueError(
-                f"--model-cases {path}: no such file; give a Python file that defines "
-                "model_cases() returning a list of model_zoo.ModelCase"
+                f"--cases {entry}: no such file, and not a module name; give a Python file or "
+                "module that defines model_cases() returning a list of "
+                "conformance.user_cases.ModelCase"
             )
+        resolved.append(str(path))
+    if resolved and zoo:
+        resolved.append(ZOO_ENTRY)
     if resolved:
         os.environ[EXTRA_CASES_ENV] = os.pathsep.join(resolved)
     else:
         os.environ.pop(EXTRA_CASES_ENV, None)
     _extra_cases.cache_clear()
+    if resolved:
+        _extra_cases(_user_entries())
+
+
+def _import_cases_source(index: int, entry: str):
+    """The module of one ``--cases`` entry. A file's folder goes on ``sys.path`` (its own
+    imports work), a module's search adds the current folder; both at the end of it, so that a
+    folder named like one of the harness's packages never shadows it."""
+    import importlib
+    import importlib.util
+    import sys
+
+    if os.path.isabs(entry):
+        folder = str(Path(entry).parent)
+        if folder not in sys.path:
+            sys.path.append(folder)
+        spec = importlib.util.spec_from_file_location(f"_conformance_user_cases_{index}", entry)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"--cases {entry}: cannot be imported as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return importlib.import_module(entry)
+
+
+def _import_error(entry: str, exc: BaseException) -> str:
+    """``--cases ENTRY: FILE:LINE: Error: message``, at the deepest frame in the user's code."""
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{exc.filename}:{exc.lineno}"
+    else:
+        harness = str(Path(__file__).resolve().parent)
+        frames = [
+            f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(harness)
+        ]
+        frame = frames[-1] if frames else None
+        where = f"{frame.filename}:{frame.lineno}" if frame else entry
+    return f"--cases {entry}: {where}: {type(exc).__name__}: {exc}"
 
 
 @functools.cache
-def _extra_cases(paths: tuple[str, ...]) -> dict[str, ModelCase]:
+def _extra_cases(entries: tuple[str, ...]) -> dict[str, ModelCase]:
+    from conformance import user_cases
+
     found: dict[str, ModelCase] = {}
-    for index, path in enumerate(paths):
-        spec = importlib.util.spec_from_file_location(f"_conformance_model_cases_{index}", path)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"--model-cases {path}: cannot be imported as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        factory = getattr(module, "model_cases", None)
-        if factory is None:
-            raise ValueError(f"--model-cases {path}: defines no model_cases() function")
-        for case in factory():
+    for index, entry in enumerate(entries):
+        try:
+            module = _import_cases_source(index, entry)
+            factory = getattr(module, "model_cases", None)
+            if factory is None:
+                raise ValueError(f"--cases {entry}: defines no model_cases() function")
+            cases = list(factory())
+        except ValueError as exc:
+            if str(exc).startswith("--cases"):
+                raise
+            raise ValueError(_import_error(entry, exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - the user's code: any error is named, not raised
+            raise ValueError(_import_error(entry, exc)) from exc
+        for case in cases:
+            if isinstance(case, user_cases.ModelCase):
+                case = case.runner_case()
+            elif not hasattr(case, "build"):
+                raise ValueError(
+                    f"--cases {entry}: model_cases() returned {case!r}; return "
+                    "conformance.user_cases.ModelCase objects"
+                )
             if case.name in found:
-                raise ValueError(f"--model-cases: case {case.name!r} is defined twice")
+                raise ValueError(f"--cases: case {case.name!r} is defined twice")
             found[case.name] = case
     return found
 
 
+#: The entry of ``EXTRA_CASES_ENV`` that ``--zoo`` adds: the zoo's cases run beside the user's.
+ZOO_ENTRY = "@zoo"
+
+
+def _user_entries() -> tuple[str, ...]:
+    return tuple(entry for entry in extra_case_files() if entry != ZOO_ENTRY)
+
+
+def _with_zoo() -> bool:
+    return ZOO_ENTRY in extra_case_files() or not _user_entries()
+
+
 def all_cases(tier: str) -> list[ModelCase]:
-    """The cases of ``tier`` from the active source (extra case files, else the zoo)."""
-    paths = extra_case_files()
-    if paths:
-        from model_zoo import TIERS
+    """The cases of ``tier`` from the active source: the ``--cases`` files, then the zoo's when
+    none are given or ``--zoo`` asks for them too."""
+    from model_zoo import TIERS
 
-        if tier not in TIERS:
-            raise ValueError(f"unknown tier {tier!r}; use one of {TIERS}")
-        return [case for case in _extra_cases(paths).values() if tier in case.tags]
-    import model_zoo
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; use one of {TIERS}")
+    entries = _user_entries()
+    found = [case for case in _extra_cases(entries).values() if tier in case.tags]
+    if _with_zoo():
+        import model_zoo
 
-    return model_zoo.cases(tier)
+        found += model_zoo.cases(tier)
+    return found
 
 
 def find_case(name: str) -> ModelCase:
     """One case by name from the active source; raises ``model_zoo.UnknownCaseError``."""
-    paths = extra_case_files()
-    if paths:
-        cases = _extra_cases(paths)
-        if name in cases:
-            return cases[name]
-        from model_zoo import UnknownCaseError
+    cases = _extra_cases(_user_entries())
+    if name in cases:
+        return cases[name]
+    if _with_zoo():
+        import model_zoo
 
-        raise UnknownCaseError(
-            f"no model case named {name!r} in --model-cases files; known: {', '.join(cases)}"
-        )
-    import model_zoo
+        return model_zoo.get(name)
+    from model_zoo import UnknownCaseError
 
-    return model_zoo.get(name)
+    raise UnknownCaseError(
+        f"no model case named {name!r} in the --cases files; known: {', '.join(cases)}"
+    )
 
 
 def collect(
@@ -229,6 +313,8 @@ def collect(
             if dtype not in MODEL_DTYPES:
                 continue
             for shape in shapes:
+                if shape == "dynamic" and getattr(case, "static_only", False):
+                    continue
                 for opset in opsets:
                     for provider in providers:
                         for exporter in exporters:
@@ -267,6 +353,12 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
     torch.manual_seed(0)
     try:
         module, args, kwargs = case.build()
+        if key.provider == "cpu":
+            from conformance.user_cases import on_cpu
+
+            module, args, kwargs, moved = on_cpu(module, args, kwargs)
+            if moved:
+                outcome.extra["moved_to_cpu"] = "; ".join(moved)
         second = case.second_inputs(args, kwargs) if key.dynamic else None
     except Exception as exc:
         raise StageFailed(Stage.EXPORT, _setup_error("building the model case", exc)) from exc
@@ -282,7 +374,8 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
     override = case.tolerance(key.dtype)
     if override is not None:
         rtol, atol = override.rtol, override.atol
-        outcome.extra["tolerance_source"] = f"model_zoo/tolerances.toml: {override.reason}"
+        source = "case file" if extra_case_files() else "model_zoo/tolerances.toml"
+        outcome.extra["tolerance_source"] = f"{source}: {override.reason}"
     else:
         rtol, atol = default_tolerance("model", key.dtype)
         outcome.extra["tolerance_source"] = "default"
@@ -460,9 +553,21 @@ def _compare_with(compare, expected, actual):
 
 
 def rerun_command(key: ModelCaseId) -> str:
-    """The pytest command line that selects exactly this case."""
+    """The pytest command line that selects exactly this case (with the ``--cases`` it came
+    from: then runnable from any folder, as ``-P`` keeps the folder's own packages out)."""
+    entries = extra_case_files()
+    if entries:
+        tests = Path(__file__).with_name("test_models.py")
+        cases = " ".join(shlex.quote(f"--cases={entry}") for entry in _user_entries())
+        cases += " --zoo" if ZOO_ENTRY in entries else ""
+        start = f"python -P -m pytest {shlex.quote(str(tests))} -p no:cacheprovider {cases}"
+    else:
+        start = "python -m pytest conformance/test_models.py"
+    expectations = os.environ.get(EXPECTATIONS_DIR_ENV)
+    if expectations:
+        start += " " + shlex.quote(f"--expectations-dir={expectations}")
     return (
-        f"python -m pytest conformance/test_models.py --tier full --models '{key.model}' "
+        f"{start} --tier full --models '{key.model}' "
         f"--dtype {key.dtype} --shapes {key.shapes} --opset {key.opset} --provider "
         f"{key.provider} --exporter {key.exporter} --optimize {'on' if key.optimize else 'off'}"
     )

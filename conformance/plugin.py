@@ -89,6 +89,8 @@ class Options:
     expectations_dir: Path
     isolation: str
     models: ModelOptions
+    #: False when only the user's --cases were asked for (no --ops, no --planted)
+    ops_enabled: bool = True
 
     @property
     def cache_dir(self) -> Path:
@@ -147,7 +149,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # For the harness's own tests: planted faulty cases, another expectations directory, and
     # running cases in the pytest process (for debuggers) instead of the isolating child.
     group.addoption("--planted", action="append", help=argparse.SUPPRESS)
-    group.addoption("--expectations-dir", default=None, help=argparse.SUPPRESS)
+    group.addoption(
+        "--expectations-dir",
+        default=None,
+        help="folder of the expectations files (<exporter>.toml for ops, models-<exporter>.toml "
+        "for models), e.g. one in your repository (default: the harness's own)",
+    )
     group.addoption(
         "--isolation", choices=("child", "none"), default="child", help=argparse.SUPPRESS
     )
@@ -163,8 +170,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="model cases: export with the exporter's graph optimisation on, off or both "
         "(default on)",
     )
-    # For the harness's own tests: Python files defining model_cases(), replacing the zoo.
-    group.addoption("--model-cases", action="append", help=argparse.SUPPRESS)
+    group.addoption(
+        "--cases",
+        dest="cases",
+        action="append",
+        metavar="FILE|MODULE",
+        help="your own model cases: a Python file or module defining model_cases() (see "
+        "conformance/user_cases.py); replaces the zoo (unless --zoo), and op cases run only with --ops "
+        "(repeatable)",
+    )
+    group.addoption(
+        "--zoo", action="store_true", help="with --cases: the zoo's model cases run too"
+    )
+    # The option's older name (the harness's own tests used it before users could).
+    group.addoption("--model-cases", dest="cases", action="append", help=argparse.SUPPRESS)
     progress.pytest_addoption(parser)
 
 
@@ -220,6 +239,7 @@ def _parse_options(config: pytest.Config) -> Options:
         expectations_dir=Path(get("expectations_dir") or EXPECTATIONS_DIR),
         isolation=get("isolation"),
         models=_parse_model_options(config),
+        ops_enabled=bool(get("ops") or get("planted") or not get("cases")),
     )
 
 
@@ -247,8 +267,10 @@ def pytest_configure(config: pytest.Config) -> None:
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
     runs.configure(config, options.results, options.resume)
+    if config.getoption("expectations_dir"):
+        os.environ[model_cases.EXPECTATIONS_DIR_ENV] = str(options.expectations_dir.resolve())
     try:
-        model_cases.use_extra_case_files(config.getoption("model_cases") or [])
+        model_cases.use_extra_case_files(config.getoption("cases") or [], config.getoption("zoo"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -309,6 +331,8 @@ def collect_op_cases(options: Options) -> list[OpCase]:
     """Every op case the options select, in a stable order, sharded."""
     from conformance import op_cases
 
+    if not options.ops_enabled:
+        return []  # the OpInfo database is not even imported
     axes = [
         (shapes, opset, provider, exporter)
         for shapes in options.shapes
@@ -425,7 +449,7 @@ def pytest_collection_modifyitems(
             item.add_marker(pytest.mark.timeout(op_backstop))
         elif is_model_id(case_id):
             item.add_marker(pytest.mark.timeout(model_backstop))
-        elif getattr(item, "originalname", None) == "test_model":
+        elif getattr(item, "originalname", None) in ("test_model", "test_op"):
             drop.append(item)  # the placeholder of an empty selection: not a real case
             continue
         keep.append(item)

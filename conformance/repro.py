@@ -72,7 +72,9 @@ def keep_repro(scratch: Path, results_dir: Path, case_id: str, **fields: Any) ->
     return relative.as_posix()
 
 
-def judge_replay(case, outcome: dict[str, Any], results_dir: Path | None = None):
+def judge_replay(
+    case, outcome: dict[str, Any], results_dir: Path | None = None, expectations_dir=None
+):
     """The expectations' verdict on a replayed case, as a run would give it: an expected
     failure is ``xfail`` with the entry's reason, a pass an entry expects to fail is ``xpass``.
 
@@ -92,7 +94,7 @@ def judge_replay(case, outcome: dict[str, Any], results_dir: Path | None = None)
         rows = [row for row in read_rows([results_dir]) if row.id == case.id]
         sample = rows[-1].extra.get("sample") if rows else None
     kind = "model" if case.id.startswith("model::") else "op"
-    options = SimpleNamespace(expectations_dir=EXPECTATIONS_DIR)
+    options = SimpleNamespace(expectations_dir=Path(expectations_dir or EXPECTATIONS_DIR))
     entries = expectations.load_expectations(expectations_file(options, kind, case.exporter))
     facts = row_facts(case.id, sample) if kind == "op" else case.facts()
     if outcome.get("error") and not outcome.get("error_signature"):
