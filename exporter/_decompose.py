@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -179,18 +179,29 @@ def needs_decomposition(program: torch.export.ExportedProgram, registry: Registr
 
     Looks into every control-flow subgraph, so a body needs the re-trace only for what it
     holds."""
+    return next(decomposition_reasons(program, registry), None)
+
+
+def decomposition_reasons(
+    program: torch.export.ExportedProgram, registry: Registry
+) -> Iterator[str]:
+    """Every reason the program needs run_decompositions: each op without a translation (once)
+    and each in-place op whose write another node could observe."""
+    seen = set()
     for node, target in fx_targets(program.graph_module):
         if is_noop_target(target) or getattr(target, "__name__", "") == "getitem":
             continue
         if lookup(registry, target) is None:
-            return f"{target}{_NO_TRANSLATION}"
+            if target not in seen:
+                seen.add(target)
+                yield f"{target}{_NO_TRANSLATION}"
+            continue
         for arg in _mutated_args(node):
             # An in-place op is the same as its functional twin only when nobody else can
             # observe the old value: the mutated tensor is an intermediate (not an input or a
             # view of something) and the in-place op is its only user.
             if arg.op != "call_function" or _is_view(arg) or len(arg.users) != 1:
-                return f"{node.name} mutates {arg.name}, which is observable elsewhere"
-    return None
+                yield f"{node.name} mutates {arg.name}, which is observable elsewhere"
 
 
 def decompose(
