@@ -169,9 +169,17 @@ def _mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     return mutated
 
 
-def _is_view(node: torch.fx.Node) -> bool:
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and target.is_view
+def _observed_writes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The tensors the node writes in place that something else could read.
+
+    An in-place op is the same as its functional twin only when nobody else can observe the
+    old value: the mutated tensor is an intermediate (not an input, nor a view or alias of
+    something) and the in-place op is its only user."""
+    return [
+        arg
+        for arg in _mutated_args(node)
+        if arg.op != "call_function" or _aliases_input(arg) or len(arg.users) != 1
+    ]
 
 
 def needs_decomposition(program: torch.export.ExportedProgram, registry: Registry) -> str | None:
@@ -196,12 +204,109 @@ def decomposition_reasons(
                 seen.add(target)
                 yield f"{target}{_NO_TRANSLATION}"
             continue
-        for arg in _mutated_args(node):
-            # An in-place op is the same as its functional twin only when nobody else can
-            # observe the old value: the mutated tensor is an intermediate (not an input or a
-            # view of something) and the in-place op is its only user.
-            if arg.op != "call_function" or _is_view(arg) or len(arg.users) != 1:
-                yield f"{node.name} mutates {arg.name}, which is observable elsewhere"
+        for arg in _observed_writes(node):
+            yield f"{node.name} mutates {arg.name}, which is observable elsewhere"
+
+
+#: Views an in-place write can be carried back through: view -> its scatter (same arguments).
+_SCATTERS = {
+    torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default,
+    torch.ops.aten.select.int: torch.ops.aten.select_scatter.default,
+}
+
+
+def _aliases_input(node: torch.fx.Node) -> bool:
+    """The node's result may share memory with its first input (a view, or ``aten.to``)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and not target._schema.is_mutable
+
+
+def _functional_twin(target: Any) -> Any:
+    packet = target.overloadpacket.__name__
+    if target.namespace != "aten" or not packet.endswith("_") or packet.endswith("__"):
+        return None
+    functional = getattr(torch.ops.aten, packet[:-1], None)
+    twin = getattr(functional, target._overloadname, None) if functional is not None else None
+    if twin is None or twin._schema.is_mutable:
+        return None
+    names = [arg.name for arg in target._schema.arguments]
+    return twin if [arg.name for arg in twin._schema.arguments] == names else None
+
+
+def _functionalize_write(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """Rewrites one in-place op whose write others observe into its functional twin, carrying
+    the new value back through the slices and selects it wrote into (``slice_scatter``,
+    ``select_scatter``) up to the last tensor read after it, and points those later reads at
+    the new values. Only that op's few nodes change: no re-trace of the program.
+
+    Returns False (the graph untouched) where that is not sound: the write reaches a graph
+    input, a buffer or an output, another alias of a written tensor is taken before the write,
+    or the write must go back through a view other than slice/select."""
+    mutated = _mutated_args(node)
+    twin = _functional_twin(node.target)
+    if twin is None or len(mutated) != 1 or not node.args or node.args[0] is not mutated[0]:
+        return False
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    here = order[node]
+    chain = [mutated[0]]
+    while _aliases_input(chain[-1]):
+        chain.append(chain[-1].args[0])
+    if chain[-1].op != "call_function":
+        return False  # the write reaches a graph input or a constant: the caller sees it
+    in_chain = set(chain) | {node}
+    read_after = []
+    for level in chain:
+        later = []
+        for user in level.users:
+            if user in in_chain:
+                continue
+            if user.op == "output":
+                return False
+            if order[user] > here:
+                later.append(user)
+            elif _aliases_input(user):
+                return False  # an alias taken before the write could be read after it
+        read_after.append(later)
+    needed = max((i for i, later in enumerate(read_after) if later), default=-1)
+    if any(chain[i].target not in _SCATTERS for i in range(needed)):
+        return False
+    with graph.inserting_after(node):
+        new = graph.call_function(twin, node.args, node.kwargs)
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+    values = [new]
+    for i in range(needed):
+        view = chain[i]
+        with graph.inserting_after(values[-1]):
+            scattered = graph.call_function(
+                _SCATTERS[view.target], (view.args[0], values[-1], *view.args[1:]), view.kwargs
+            )
+        scattered.meta = dict(view.args[0].meta)
+        values.append(scattered)
+    for level, value, later in zip(chain, values, read_after):
+        for user in later:
+            user.replace_input_with(level, value)
+    return True
+
+
+def functionalize_observed_writes(program: torch.export.ExportedProgram) -> int:
+    """Rewrites, in the top graph, each in-place op whose write is observable elsewhere
+    (``needs_decomposition`` would re-trace the whole program for it) into functional ops where
+    that is sound (``_functionalize_write``). Returns how many it rewrote."""
+    graph_module = program.graph_module
+    rewritten = 0
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if _observed_writes(node) and _functionalize_write(graph_module.graph, node):
+            rewritten += 1
+    if rewritten:
+        graph_module.recompile()
+    return rewritten
 
 
 def decompose(
@@ -215,6 +320,7 @@ def decompose(
     Each custom op traced through its implementation gets a line in ``notes`` and the log. One
     whose implementation cannot be traced stays in the program, so the translation step lists
     it with every other op that has no translation; ``untraceable`` gets its name and why."""
+    functionalize_observed_writes(program)
     reason = needs_decomposition(program, registry)
     if reason is None:
         return program, None
