@@ -236,14 +236,19 @@ def _functional_twin(target: Any) -> Any:
     return twin if [arg.name for arg in twin._schema.arguments] == names else None
 
 
-def _functionalize_write(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+def _functionalize_write(
+    graph: torch.fx.Graph, node: torch.fx.Node, signature: torch.export.ExportGraphSignature
+) -> bool:
     """Rewrites one in-place op whose write others observe into its functional twin, carrying
     the new value back through the slices and selects it wrote into (``slice_scatter``,
     ``select_scatter``) up to the last tensor read after it, and points those later reads at
     the new values. Only that op's few nodes change: no re-trace of the program.
 
+    A written tensor the program returns is returned with the write: the output's entry in
+    ``signature`` names the new value.
+
     Returns False (the graph untouched) where that is not sound: the write reaches a graph
-    input, a buffer or an output, another alias of a written tensor is taken before the write,
+    input or a buffer, a written tensor is returned other than as a user output, another alias of a written tensor is taken before the write,
     or the write must go back through a view other than slice/select."""
     mutated = _mutated_args(node)
     twin = _functional_twin(node.target)
@@ -263,9 +268,9 @@ def _functionalize_write(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
         for user in level.users:
             if user in in_chain:
                 continue
-            if user.op == "output":
+            if user.op == "output" and not _returned_as_user_output(level, signature):
                 return False
-            if order[user] > here:
+            if user.op == "output" or order[user] > here:
                 later.append(user)
             elif _aliases_input(user):
                 return False  # an alias taken before the write could be read after it
@@ -290,7 +295,18 @@ def _functionalize_write(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     for level, value, later in zip(chain, values, read_after):
         for user in later:
             user.replace_input_with(level, value)
+            if user.op == "output":
+                for spec in signature.output_specs:
+                    if getattr(spec.arg, "name", None) == level.name:
+                        spec.arg = type(spec.arg)(name=value.name)
     return True
+
+
+def _returned_as_user_output(node: torch.fx.Node, signature: Any) -> bool:
+    kinds = {
+        spec.kind for spec in signature.output_specs if getattr(spec.arg, "name", None) == node.name
+    }
+    return kinds == {torch.export.graph_signature.OutputKind.USER_OUTPUT}
 
 
 def functionalize_observed_writes(program: torch.export.ExportedProgram) -> int:
@@ -302,7 +318,9 @@ def functionalize_observed_writes(program: torch.export.ExportedProgram) -> int:
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function":
             continue
-        if _observed_writes(node) and _functionalize_write(graph_module.graph, node):
+        if _observed_writes(node) and _functionalize_write(
+            graph_module.graph, node, program.graph_signature
+        ):
             rewritten += 1
     if rewritten:
         graph_module.recompile()

@@ -85,6 +85,15 @@ class _CacheUpdate(torch.nn.Module):
         return state + total
 
 
+class _ReturnsWritten(torch.nn.Module):
+    """The written tensor is also returned: the output names its new value."""
+
+    def forward(self, x):
+        y = x * 1
+        y[1:].zero_()
+        return y, y.sum()
+
+
 class _EarlierAlias(torch.nn.Module):
     """An alias taken before the write and read after it sees the write: not rewritten."""
 
@@ -106,6 +115,7 @@ class _WritesInput(torch.nn.Module):
     [
         pytest.param(_SwinMask(), (torch.randn(5, 6),), True, id="fills-of-slices"),
         pytest.param(_CacheUpdate(), (torch.randn(2, 3), torch.randn(2, 3)), True, id="copy"),
+        pytest.param(_ReturnsWritten(), (torch.randn(4, 3),), True, id="returned"),
         pytest.param(_EarlierAlias(), (torch.randn(4, 3),), False, id="earlier-alias"),
         pytest.param(_WritesInput(), (torch.randn(2, 3),), False, id="writes-input"),
     ],
@@ -114,7 +124,8 @@ def test_observed_writes_are_rewritten_locally_where_sound(model, args, rewritte
     program = exporter.export(model.eval(), tuple(a.clone() for a in args))
     assert (program.record.decomposition_reason is None) is rewritten
     expected = model(*[a.clone() for a in args])
-    torch.testing.assert_close(torch.from_numpy(run_onnx(program, args)[0]), expected)
+    got = [torch.from_numpy(value) for value in run_onnx(program, args)]
+    torch.testing.assert_close(got, list(torch.utils._pytree.tree_leaves(expected)))
 
 
 @pytest.mark.parametrize("name", list(_params()))
