@@ -204,7 +204,7 @@ def fill(ctx, self, value):
     return _full_like(ctx, self, value, ctx.out_dtype)
 
 
-@translates(aten.zeros_like.default, aten.empty_like.default)
+@translates(aten.zeros_like.default, aten.empty_like.default, aten.zero.default)
 def zeros_like(ctx, self, **kwargs):
     # empty_like's contents are unspecified; zeros are a valid (and deterministic) choice.
     return _full_like(ctx, self, 0, ctx.out_dtype)

@@ -401,6 +401,21 @@ def frobenius_norm(ctx, self, dim, keepdim=False):
     return vector_norm(ctx, self, 2, axes, keepdim, ctx.out_dtype)
 
 
+@translates(aten._weight_norm.default)
+def weight_norm(ctx, v, g, dim=0):
+    """``v * (g / ||v||)``, the norm over every axis but ``dim`` (``dim=-1``: over all of v,
+    as aten's norm_except_dim reads it), so ``weight_norm``/``parametrizations.weight_norm``
+    need no decomposition."""
+    rank = ctx.rank(v)
+    axes = None if dim == -1 else [axis for axis in range(rank) if axis != dim]
+    dtype = ctx.dtype(v)
+    if axes == []:  # a 1-d v normalized along its only axis: each entry is its own norm
+        norm = ctx.op.Abs(v)
+    else:
+        norm = ctx.cast(vector_norm(ctx, v, 2, axes, True, dtype), dtype)
+    return ctx.op.Mul(v, ctx.op.Div(g, norm))
+
+
 def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.dtype) -> ir.Value:
     rank = ctx.rank(x)
     rows, cols = (d % rank for d in dim)

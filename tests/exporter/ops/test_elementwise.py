@@ -890,3 +890,16 @@ def test_prims_iota_and_fill():
         )
 
     check_op(fn, (x,), dynamic_shapes=dynamic(x), second_args=(r(7, 2),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_zero_in_place_of_an_intermediate(dtype):
+    # swin_v2's relative-position table zeroes part of a fresh tensor: aten.zero_ of a slice,
+    # translated as its functional twin aten.zero without re-tracing the program.
+    def fn(x):
+        y = x * 1
+        y[1:].zero_()
+        return y + 1
+
+    program = check_op(fn, (r(4, 3, dtype=dtype),))
+    assert program.record.decomposition_reason is None

@@ -17,6 +17,20 @@ r = tensor_maker(low=-3, high=3)
 torch.manual_seed(0)
 
 CASES = [
+    (
+        "weight_norm_dim0",
+        lambda v, g: torch._weight_norm(v, g, 0),
+        (r(4, 3, 2), r(4, 1, 1)),
+        (r(5, 2, 3), r(5, 1, 1)),
+    ),
+    (
+        "weight_norm_middle_dim",
+        lambda v, g: torch._weight_norm(v, g, 2),
+        (r(3, 4, 5), r(1, 1, 5)),
+        (r(2, 3, 5), r(1, 1, 5)),
+    ),
+    ("weight_norm_whole", lambda v, g: torch._weight_norm(v, g, -1), (r(3, 4), r()), None),
+    ("weight_norm_1d", lambda v, g: torch._weight_norm(v, g, 0), (r(4), r(4)), (r(6), r(6))),
     ("sum_all", lambda x: x.sum(), (r(3, 4),), (r(5, 2),)),
     ("sum_dims_keep", lambda x: x.sum([0, 2], keepdim=True), (r(2, 3, 4),), (r(3, 2, 5),)),
     ("sum_dtype", lambda x: x.sum(1, dtype=torch.float64), (r(3, 4),), (r(2, 6),)),
@@ -295,3 +309,9 @@ def test_spectral_matrix_norms():
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+def test_weight_norm_is_translated_without_decomposition():
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(3, 4, 3), dim=2)
+    program = check_op(conv, (r(2, 3, 8),), atol=1e-4)
+    assert program.record.decomposition_reason is None
