@@ -22,6 +22,19 @@ INT64_MIN = -(2**63)
 Size = int | ir.Value
 
 
+def same_size(a, b) -> bool:
+    """Whether two sizes from FX metadata (ints or torch.SymInts) are known to be equal: the
+    same int, or the same symbolic expression."""
+
+    def expr(v):
+        return v.node.expr if isinstance(v, torch.SymInt) else v
+
+    try:
+        return bool(expr(a) == expr(b))
+    except Exception:  # noqa: BLE001 - a comparison sympy cannot decide is "not known equal"
+        return False
+
+
 # ----------------------------------------------------------------------------- axes
 def axis(dim: int, rank: int) -> int:
     """A torch dim (maybe negative) as a non-negative axis; rank 0 accepts dims 0 and -1."""

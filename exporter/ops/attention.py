@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from exporter.ops._layout import same_size
 from exporter.ops._nn_helpers import dim_size
 from exporter.ops._numerics import reduce
 from exporter.ops._registry import translates
@@ -145,19 +146,23 @@ def _can_use_attention_op(ctx, query, key, value, attn_mask, dropout_p, scale):
 def _full_mask(ctx, attn_mask, query, key):
     """The mask expanded to [..., q_len, kv_len] where its last two dims may broadcast: the
     Attention spec takes any broadcastable mask, but onnxruntime 1.31's kernel requires the
-    mask's q_len dim to equal the query's (a [B, 1, 1, S] padding mask fails at run)."""
+    mask's q_len dim to equal the query's (a [B, 1, 1, S] padding mask fails at run). A dim
+    the mask already has in full is left to Expand's broadcasting (a 1 in the target), so the
+    graph reads the query's or the key's shape only where it must: a Shape of a key repeated
+    for grouped-query attention would keep the repeat alive and stop its fusion."""
     mask_shape, q_shape, k_shape = ctx.shape(attn_mask), ctx.shape(query), ctx.shape(key)
-    if (
-        mask_shape is not None
-        and q_shape is not None
-        and k_shape is not None
-        and isinstance(mask_shape[-2], int)
-        and mask_shape[-2] == q_shape[-2]
-        and mask_shape[-1] == k_shape[-2]
-    ):
+    known = mask_shape is not None and q_shape is not None and k_shape is not None
+    q_full = known and same_size(mask_shape[-2], q_shape[-2])
+    kv_full = known and same_size(mask_shape[-1], k_shape[-2])
+    if q_full and kv_full:
         return attn_mask
-    ones = ctx.const([1] * (ctx.rank(attn_mask) - 2), torch.int64)
-    target = ctx.op.Concat(ones, dim_size(ctx, query, 2), dim_size(ctx, key, 2), axis=0)
+    one = ctx.const([1], torch.int64)
+    target = ctx.op.Concat(
+        ctx.const([1] * (ctx.rank(attn_mask) - 2), torch.int64),
+        one if q_full else dim_size(ctx, query, 2),
+        one if kv_full else dim_size(ctx, key, 2),
+        axis=0,
+    )
     return ctx.op.Expand(attn_mask, target)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from exporter.ops._layout import same_size
 from exporter.ops._nn_helpers import (
     as_int_list,
     concat_ints,
@@ -389,21 +390,11 @@ def _adaptive_out_sizes(ctx, self, output_size):
         if isinstance(out, ir.Value):
             meta = ctx.meta(out)
             if isinstance(dim, int):
-                out = dim if meta is not None and _same_size(meta, dim) else out
-            elif meta is not None and _same_size(meta, dim):
+                out = dim if meta is not None and same_size(meta, dim) else out
+            elif meta is not None and same_size(meta, dim):
                 out = None
         sizes.append(out)
     return sizes
-
-
-def _same_size(a, b) -> bool:
-    def expr(v):
-        return v.node.expr if isinstance(v, torch.SymInt) else v
-
-    try:
-        return bool(expr(a) == expr(b))
-    except Exception:
-        return False
 
 
 def _adaptive_avg(ctx, self, output_size):
