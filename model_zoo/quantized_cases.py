@@ -132,6 +132,25 @@ def _classifier_compare(name: str) -> Callable[[Any, Any], list[str]]:
     return compare
 
 
+def _register_quantized(name, make_float, make_module, make_inputs, notes: str) -> None:
+    """One quantized zoo case (static shapes, full tier) and its float model for the bench."""
+    FLOAT_MODULES[name] = make_float
+    register(
+        ModelCase(
+            name=name,
+            family="quantized",
+            tier="full",
+            make_module=make_module,
+            make_inputs=make_inputs,
+            sizes={},
+            second_sizes={},
+            dynamic_shapes=None,
+            compare=_classifier_compare(name),
+            notes=notes,
+        )
+    )
+
+
 def _register_pt2e(model_name: str, prepare: Callable[[nn.Module], None] | None, notes: str):
     import torchvision
 
@@ -154,22 +173,7 @@ def _register_pt2e(model_name: str, prepare: Callable[[nn.Module], None] | None,
     def make_module() -> nn.Module:
         return _pt2e(make_float(), name, make_inputs, sizes)
 
-    FLOAT_MODULES[name] = make_float
-
-    register(
-        ModelCase(
-            name=name,
-            family="quantized",
-            tier="full",
-            make_module=make_module,
-            make_inputs=make_inputs,
-            sizes={},
-            second_sizes={},
-            dynamic_shapes=None,
-            compare=_classifier_compare(name),
-            notes=notes,
-        )
-    )
+    _register_quantized(name, make_float, make_module, make_inputs, notes)
 
 
 def _register_bert_int8_dynamic() -> None:
@@ -193,25 +197,16 @@ def _register_bert_int8_dynamic() -> None:
         _STEP[name] = 1.0 / 127
         return module
 
-    FLOAT_MODULES[name] = make_float
-
-    register(
-        ModelCase(
-            name=name,
-            family="quantized",
-            tier="full",
-            make_module=make_module,
-            make_inputs=make_inputs,
-            sizes={},
-            second_sizes={},
-            dynamic_shapes=None,
-            compare=_classifier_compare(name),
-            notes=(
-                "BertModel (2 layers, hidden 32) after torchao quantize_ with "
-                "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations, "
-                "int8 weights, aten._int_mm as MatMulInteger."
-            ),
-        )
+    _register_quantized(
+        name,
+        make_float,
+        make_module,
+        make_inputs,
+        (
+            "BertModel (2 layers, hidden 32) after torchao quantize_ with "
+            "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations, "
+            "int8 weights, aten._int_mm as MatMulInteger."
+        ),
     )
 
 
