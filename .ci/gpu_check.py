@@ -22,7 +22,8 @@ slice with the harness (``python -m conformance run --provider cuda``: a sample 
 family plus the default-tier models, opsets 20 and 23, float32 and float16), (c) records the
 real placement of purpose-built models and of every harness case (session option
 ``session.record_ep_graph_assignment_info`` and ``get_provider_graph_assignment_info()``; the
-Memcpy count from onnxruntime's log) beside the prediction of ``conformance/placement.py``,
+Memcpy count from onnxruntime's log) beside the prediction of
+``exporter/diagnostics/placement.py``,
 and (d) writes ``reports/cuda/REPORT.md`` (commit it). ``--dry-run`` does all of it on the CPU
 provider with a small fake file for the pieces and a tiny slice.
 
@@ -192,8 +193,8 @@ def observe(model_path: Path, provider: str) -> dict:
 
 def compare(prediction, observed: dict) -> list[str]:
     """The differences between a prediction and what onnxruntime did."""
-    from conformance.placement import PROVIDERS as PROVIDER_NAMES
     from conformance.placement import differences
+    from exporter.diagnostics.placement import PROVIDERS as PROVIDER_NAMES
 
     if "error" in observed:
         return [f"session failed: {observed['error']}"]
@@ -294,7 +295,7 @@ def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
 
 
 def placement_rows(models: list[Path], provider: str) -> list[dict]:
-    from conformance import placement
+    from exporter.diagnostics import placement
 
     rows = []
     for path in models:
@@ -516,8 +517,8 @@ def export_zoo_model(case, opset: int, path: Path) -> None:
 def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = False) -> Path:
     """Export the default-tier zoo models (ours, dynamic shapes, optimized) at opsets 20 and 23
     here and write each one's predicted CUDA placement into ``out``."""
-    from conformance import placement
     from conformance.model_cases import all_cases
+    from exporter.diagnostics import placement
 
     work.mkdir(parents=True, exist_ok=True)
     cases = [c for c in all_cases("default") if not models or c.name in models]
@@ -529,7 +530,7 @@ def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = F
         "--provider cuda` on it: onnxruntime "
         f"{placement.kernel_table()['onnxruntime']}, graph optimizations off. "
         "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + " "
-        "(its caveat: conformance/placement_data/README.md; rows for ConstantOfShape, Flatten, "
+        "(its caveat: exporter/diagnostics/placement_data/README.md; rows for ConstantOfShape, Flatten, "
         "Identity, If, Loop, Scan, Size at opsets >= 21 may be CUDA in 1.31.1).",
         "",
         "Unconfirmed until the GPU check (`.ci/gpu_check.py run`) compares them with onnxruntime.",

@@ -135,12 +135,12 @@ def write_report(
 
 def _placement(program: ONNXProgram | None, provider: str) -> str:
     """Which nodes onnxruntime would run on ``provider`` and which it leaves to CPU, with the
-    Memcpy nodes it adds (predicted by conformance/placement.py, no GPU needed)."""
+    Memcpy nodes it adds (predicted by exporter/diagnostics/placement.py, no GPU needed)."""
     if program is None:
         return "_No ONNX model: nothing to place._"
-    from conformance import placement
+    from exporter.diagnostics.placement import predict
 
-    return placement.predict(program.model_proto, provider).markdown()
+    return predict(program.model_proto, provider).markdown()
 
 
 def _dims_audit(record: ExportRecord, error: BaseException | None = None) -> str:
