@@ -212,7 +212,7 @@ def compare(prediction, observed: dict) -> list[str]:
 
 
 def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
-    """Small models built for the purpose (the cases tests/conformance/test_placement.py
+    """Small models built for the purpose (the cases tests/exporter/diagnostics/test_placement.py
     predicts), saved into ``folder``."""
     import onnx
     from onnx import TensorProto as T
@@ -229,7 +229,8 @@ def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
     x = h.make_tensor_value_info("x", T.FLOAT, [2, 3])
     x16 = h.make_tensor_value_info("x", T.FLOAT16, [2, 3])
     y = h.make_tensor_value_info("y", T.FLOAT, None)
-    pads = h.make_tensor("pads", T.INT64, [4], [0, 1, 0, 1])
+    x4 = h.make_tensor_value_info("x4", T.FLOAT, [1, 2, 4, 4])
+    pads4 = h.make_tensor("pads4", T.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])
     idx = h.make_tensor("idx", T.INT64, [], [0])
     axes = h.make_tensor("axes", T.INT64, [1], [0])
     minus1 = h.make_tensor("minus1", T.INT64, [1], [-1])
@@ -237,12 +238,16 @@ def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
     paths = []
     for opset in opsets:
         relu = [h.make_node("Relu", ["x"], ["a"], name="r1")]
+        # Pad-19/23 (CUDA kernels since onnxruntime 1.2x, #26393) and MaxPool-22 (none in
+        # 1.31.1: on CPU at opset 23, two copies) between Relus.
         paths.append(
             save(
-                f"pad_between_relus_opset{opset}",
-                [*relu, h.make_node("Pad", ["a", "pads"], ["b"], name="pad"),
-                 h.make_node("Relu", ["b"], ["y"], name="r2")],
-                [x], [y], [pads], opset,
+                f"pad_maxpool_between_relus_opset{opset}",
+                [h.make_node("Relu", ["x4"], ["a"], name="r1"),
+                 h.make_node("Pad", ["a", "pads4"], ["b"], name="pad"),
+                 h.make_node("MaxPool", ["b"], ["p"], kernel_shape=[2, 2], name="maxpool"),
+                 h.make_node("Relu", ["p"], ["y"], name="r2")],
+                [x4], [y], [pads4], opset,
             )
         )  # fmt: skip
         shape_chain = [
@@ -254,8 +259,8 @@ def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
         ]
         paths.append(save(f"shape_subgraph_opset{opset}", shape_chain, [x], [y],
                           [idx, axes, minus1], opset))  # fmt: skip
-        # The kernel table's version gaps onnxruntime PRs may have closed by 1.31.1 (#27728:
-        # Flatten, ConstantOfShape at opsets >= 21; Equal-19, Sin-22, Elu-22 per the table).
+        # Version gaps of older onnxruntime tables that 1.31.1 closed (Flatten-21/23,
+        # ConstantOfShape-21/23: #27728; Sin-22, Equal-19) beside one it keeps (Elu-22).
         zero = h.make_tensor("zero", T.FLOAT, [1], [0.0])
         paths.append(
             save(
@@ -530,10 +535,11 @@ def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = F
         "--provider cuda` on it: onnxruntime "
         f"{placement.kernel_table()['onnxruntime']}, graph optimizations off. "
         "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + " "
-        "(its caveat: exporter/diagnostics/placement_data/README.md; rows for ConstantOfShape, Flatten, "
-        "Identity, If, Loop, Scan, Size at opsets >= 21 may be CUDA in 1.31.1).",
+        "(exporter/diagnostics/placement_data/README.md).",
         "",
-        "Unconfirmed until the GPU check (`.ci/gpu_check.py run`) compares them with onnxruntime.",
+        "The kernel rules are onnxruntime's; the rest of the prediction (CPU-memory inputs, shape "
+        "subgraphs, copies) stands until the GPU check (`.ci/gpu_check.py run`) compares it "
+        "with onnxruntime on a GPU.",
         "",
         "| model | opset | prediction | CPU nodes (first 6) |",
         "|---|---|---|---|",

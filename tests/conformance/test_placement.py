@@ -7,7 +7,6 @@ import json
 
 import onnx
 import pytest
-from onnx import TensorProto as T
 from onnx import helper as h
 
 from conformance import placement
@@ -16,16 +15,14 @@ from tests.exporter.diagnostics.test_placement import _model, _x, _y
 
 
 def test_cli_last_line_and_reasons(tmp_path, capsys):
-    pads = h.make_tensor("pads", T.INT64, [4], [0, 1, 0, 1])
-    model = _model(
-        [h.make_node("Pad", ["x", "pads"], ["y"], name="pad")], [_x()], [_y()], [pads], opset=23
-    )
+    # Elu-22 (opset 23) has a CPU kernel in onnxruntime 1.31.1, and a CUDA one only as Elu 6+.
+    model = _model([h.make_node("Elu", ["x"], ["y"], name="elu")], [_x()], [_y()], opset=23)
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     assert conformance_main(["placement", str(path), "--provider", "cuda"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "1 nodes, 1 on CPU, 0 Memcpy"
-    assert lines[-2].startswith("CPU     pad (Pad-23): no kernel for version 23")
+    assert lines[-2].startswith("CPU     elu (Elu-22): no kernel for version 22 (CUDA")
     assert conformance_main(["placement", str(tmp_path / "missing.onnx")]) == 2
     assert "no such model file" in capsys.readouterr().err
 

@@ -1,23 +1,27 @@
 """Regenerate ``kernels.json``, the kernel table the placement prediction reads.
 
-Two sources, both onnxruntime's own lists of registered kernels:
+Both providers' rows come from onnxruntime's own list of registered kernels,
+``onnxruntime.capi.onnxruntime_pybind11_state.get_all_opkernel_def()``:
 
-* the CUDA provider's rows come from onnxruntime's generated ``docs/OperatorKernels.md``
-  (written by its ``tools/python/gen_opkernel_doc.py`` from the kernel registrations of a CUDA
-  build) at the release of the pinned onnxruntime;
-* the CPU provider's rows come from the installed CPU wheel itself,
-  ``onnxruntime.capi.onnxruntime_pybind11_state.get_all_opkernel_def()`` (a CPU wheel lists only
-  CPU kernels; a GPU wheel cannot list CUDA kernels without a GPU). When the markdown also holds
-  the CPU section, it is parsed too and the differences from the wheel are printed.
+* the CUDA provider's rows from the **onnxruntime-gpu** wheel of the pinned version. That wheel
+  lists its CUDA kernels only when its CUDA provider library loads and its provider object can be
+  created, so ``dump`` runs on a machine with the CUDA 13 runtime, cuBLAS and a GPU (the GPU
+  machine), or on any Linux machine with stand-in libraries (placement_data/README.md);
+* the CPU provider's rows from the installed onnxruntime (the CPU wheel of constraints.txt),
+  checked against the dump's CPU rows (the same release lists the same CPU kernels).
 
-To regenerate for another onnxruntime version::
+To regenerate for another onnxruntime version X.Y.Z::
 
-    git -C ONNXRUNTIME_CHECKOUT show vX.Y.Z:docs/OperatorKernels.md > /tmp/OperatorKernels.md
-    python -m exporter.diagnostics.placement_data.generate /tmp/OperatorKernels.md \
-        --source "microsoft/onnxruntime docs/OperatorKernels.md at vX.Y.Z (commit ...)"
+    # 1. in a Python with onnxruntime-gpu==X.Y.Z installed (and its CUDA libraries loadable;
+    #    the file runs alone, without this project or torch installed):
+    python exporter/diagnostics/placement_data/generate.py dump /tmp/kernels-gpu.json
+    # 2. here, with onnxruntime==X.Y.Z (CPU wheel) installed:
+    python -m exporter.diagnostics.placement_data.generate build /tmp/kernels-gpu.json \
+        --source "onnxruntime-gpu X.Y.Z wheel FILE (sha256 ...), get_all_opkernel_def()"
 
-with onnxruntime X.Y.Z (CPU wheel) installed, then commit ``kernels.json``. Only the ``ai.onnx``
-domain is kept: the exporter emits no other domain.
+then commit ``kernels.json``. ``build`` also reads onnxruntime's generated
+``docs/OperatorKernels.md`` (a release tag's copy) in place of a dump, when no GPU wheel can be
+run. Only the ``ai.onnx`` domain is kept: the exporter emits no other domain.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -84,17 +89,33 @@ def parse_markdown(text: str) -> dict[str, dict[str, list[list]]]:
     return table
 
 
-def wheel_cpu_kernels() -> dict[str, list[list]]:
-    """The installed wheel's CPU kernels for ai.onnx, merged per (op, version range)."""
+def kernel_defs() -> list[dict]:
+    """The installed onnxruntime's registered kernels, every provider and domain, as plain
+    records: {op, domain, provider, start, end, types: {constraint: [types]}}."""
     from onnxruntime.capi import onnxruntime_pybind11_state as C
 
+    return [
+        {
+            "op": k.op_name,
+            "domain": k.domain,
+            "provider": k.provider,
+            "start": k.version_range[0],
+            "end": k.version_range[1],
+            "types": {name: sorted(allowed) for name, allowed in k.type_constraints.items()},
+        }
+        for k in C.get_all_opkernel_def()
+    ]
+
+
+def merge_kernels(defs: list[dict], provider: str) -> dict[str, list[list]]:
+    """``provider``'s ai.onnx kernels of ``kernel_defs()``, merged per (op, version range)
+    (onnxruntime registers one kernel per type for typed kernels), newest range first."""
     merged: dict[tuple[str, int, int], dict[str, set[str]]] = {}
-    for k in C.get_all_opkernel_def():
-        if k.provider != "CPUExecutionProvider" or k.domain not in ("", "ai.onnx"):
+    for k in defs:
+        if k["provider"] != provider or k["domain"] not in ("", *DOMAINS):
             continue
-        start, end = k.version_range
-        types = merged.setdefault((k.op_name, start, end), {})
-        for name, allowed in k.type_constraints.items():
+        types = merged.setdefault((k["op"], k["start"], k["end"]), {})
+        for name, allowed in k["types"].items():
             types.setdefault(name, set()).update(allowed)
     table: dict[str, list[list]] = {}
     for (op, start, end), types in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
@@ -106,6 +127,21 @@ def wheel_cpu_kernels() -> dict[str, list[list]]:
             ]
         )
     return table
+
+
+def wheel_cpu_kernels() -> dict[str, list[list]]:
+    """The installed wheel's CPU kernels for ai.onnx, merged per (op, version range)."""
+    return merge_kernels(kernel_defs(), "CPUExecutionProvider")
+
+
+def read_source(path: Path) -> dict[str, dict[str, list[list]]]:
+    """provider -> op -> rows, from a ``dump`` (.json) or an OperatorKernels.md."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".json":
+        return parse_markdown(text)
+    defs = json.loads(text)["kernels"]
+    providers = sorted({k["provider"] for k in defs})
+    return {provider: merge_kernels(defs, provider) for provider in providers}
 
 
 def cpu_differences(doc: dict[str, list[list]], wheel: dict[str, list[list]]) -> list[str]:
@@ -125,22 +161,47 @@ def cpu_differences(doc: dict[str, list[list]], wheel: dict[str, list[list]]) ->
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("markdown", type=Path, help="onnxruntime's docs/OperatorKernels.md")
-    parser.add_argument("--source", required=True, help="repo, path and tag/commit of it")
-    parser.add_argument("--out", type=Path, default=TABLE)
-    args = parser.parse_args(argv)
+def dump(out: Path) -> int:
+    """Write the installed onnxruntime's kernel list (run it with onnxruntime-gpu)."""
     import onnxruntime
 
-    parsed = parse_markdown(args.markdown.read_text(encoding="utf-8"))
-    if "CUDAExecutionProvider" not in parsed:
-        print(f"{args.markdown}: no CUDAExecutionProvider section", file=sys.stderr)
+    defs = kernel_defs()
+    counts = dict(sorted(Counter(k["provider"] for k in defs).items()))
+    if "CUDAExecutionProvider" not in counts:
+        print(
+            f"onnxruntime {onnxruntime.__version__} at {onnxruntime.__file__} listed no CUDA "
+            f"kernels ({counts}): run dump with onnxruntime-gpu whose CUDA provider library "
+            "loads (see placement_data/README.md)",
+            file=sys.stderr,
+        )
         return 2
+    record = {"onnxruntime": onnxruntime.__version__, "kernels": defs}
+    out.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"wrote {out}: onnxruntime {onnxruntime.__version__}, kernels per provider {counts}")
+    return 0
+
+
+def build(source_path: Path, source: str, out: Path) -> int:
+    """Write ``kernels.json`` from a dump or markdown (CUDA rows) and the installed CPU wheel."""
+    import onnxruntime
+
+    parsed = read_source(source_path)
+    if "CUDAExecutionProvider" not in parsed:
+        print(f"{source_path}: no CUDAExecutionProvider kernels", file=sys.stderr)
+        return 2
+    if source_path.suffix == ".json":
+        dumped = json.loads(source_path.read_text(encoding="utf-8"))["onnxruntime"]
+        if dumped != onnxruntime.__version__:
+            print(
+                f"{source_path} lists onnxruntime {dumped}'s kernels, the installed "
+                f"onnxruntime is {onnxruntime.__version__}: dump and build with one version",
+                file=sys.stderr,
+            )
+            return 2
     wheel = wheel_cpu_kernels()
-    if "CPUExecutionProvider" in parsed:
-        for line in cpu_differences(parsed["CPUExecutionProvider"], wheel):
-            print(f"CPU: {line}")
+    differences = cpu_differences(parsed.get("CPUExecutionProvider", {}), wheel)
+    for line in differences:
+        print(f"CPU: {line}")
     table = {
         "about": (
             "Kernels registered by onnxruntime's providers, domain ai.onnx: op -> "
@@ -149,10 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "onnxruntime": onnxruntime.__version__,
         "sources": {
-            "CUDAExecutionProvider": args.source,
+            "CUDAExecutionProvider": source,
             "CPUExecutionProvider": (
                 f"onnxruntime {onnxruntime.__version__} CPU wheel, "
                 "onnxruntime.capi.onnxruntime_pybind11_state.get_all_opkernel_def()"
+                + ("" if differences else f"; the same as the CPU rows of {source_path.name}")
             ),
         },
         "providers": {
@@ -160,10 +222,25 @@ def main(argv: list[str] | None = None) -> int:
             "CPUExecutionProvider": wheel,
         },
     }
-    args.out.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
+    out.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     counts = {p: sum(len(r) for r in t.values()) for p, t in table["providers"].items()}
-    print(f"wrote {args.out}: {counts}")
+    print(f"wrote {out}: kernel rows (op, version range) per provider {counts}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("dump", help="write the installed (GPU) onnxruntime's kernel list")
+    p.add_argument("out", type=Path)
+    p = sub.add_parser("build", help="write kernels.json from a dump or OperatorKernels.md")
+    p.add_argument("source_file", type=Path, help="a dump's .json or docs/OperatorKernels.md")
+    p.add_argument("--source", required=True, help="what the file is: wheel or repo, tag, commit")
+    p.add_argument("--out", type=Path, default=TABLE)
+    args = parser.parse_args(argv)
+    if args.command == "dump":
+        return dump(args.out)
+    return build(args.source_file, args.source, args.out)
 
 
 if __name__ == "__main__":

@@ -53,31 +53,35 @@ def test_all_cuda_kernels_no_cpu_no_copy():
 
 
 def test_version_without_cuda_kernel_goes_to_cpu_with_reason():
-    # Pad's schema at opset 20 is Pad-19; CUDA registers Pad 18+ (open-ended: 18 only).
-    pads = h.make_tensor("pads", T.INT64, [4], [0, 1, 0, 1])
+    # MaxPool's schema at opset 23 is MaxPool-22; onnxruntime 1.31.1's CUDA provider registers
+    # MaxPool 12+ (open-ended: 12 only), its CPU provider MaxPool 22+.
+    pads = h.make_tensor("pads", T.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])
     model = _model(
         [
             h.make_node("Relu", ["x"], ["a"], name="r1"),
             h.make_node("Pad", ["a", "pads"], ["b"], name="pad"),
-            h.make_node("Relu", ["b"], ["y"], name="r2"),
+            h.make_node("MaxPool", ["b"], ["c"], kernel_shape=[2, 2], name="maxpool"),
+            h.make_node("Relu", ["c"], ["y"], name="r2"),
         ],
-        [_x()],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 2, 4, 4])],
         [_y()],
         [pads],
+        opset=23,
     )
     prediction = placement.predict(model, "cuda")
-    reason = _cpu(prediction)[("pad", "Pad")]
-    assert reason.startswith("no kernel for version 19")
-    assert "18+" in reason
-    # a goes to the host, b comes back: one copy per crossing value.
+    reason = _cpu(prediction)[("maxpool", "MaxPool")]
+    assert reason.startswith("no kernel for version 22")
+    assert "12+" in reason
+    # b goes to the host, c comes back: one copy per crossing value. Pad-23 has its CUDA
+    # kernel in 1.31.1 (older tables lacked Pad from 19: onnxruntime #26393).
     assert sorted((c.kind, c.value) for c in prediction.copies) == [
-        ("MemcpyFromHost", "b"),
-        ("MemcpyToHost", "a"),
+        ("MemcpyFromHost", "c"),
+        ("MemcpyToHost", "b"),
     ]
-    assert prediction.summary() == "3 nodes, 1 on CPU, 2 Memcpy"
-    # At opset 18 the same graph has its kernel.
-    model.opset_import[0].version = 18
-    assert placement.predict(model, "cuda").summary() == "3 nodes, 0 on CPU, 0 Memcpy"
+    assert prediction.summary() == "4 nodes, 1 on CPU, 2 Memcpy"
+    # At opset 20 (MaxPool-12, Pad-19) the same graph has its kernels.
+    model.opset_import[0].version = 20
+    assert placement.predict(model, "cuda").summary() == "4 nodes, 0 on CPU, 0 Memcpy"
 
 
 def test_one_copy_per_value_not_per_edge():
@@ -290,8 +294,10 @@ def test_kernel_table_names_its_source_and_version():
     import onnxruntime
 
     assert table["onnxruntime"] == onnxruntime.__version__
-    assert "docs/OperatorKernels.md" in table["sources"]["CUDAExecutionProvider"]
-    assert "001d12d" in table["sources"]["CUDAExecutionProvider"]
+    # The CUDA rows are the onnxruntime-gpu wheel's own registrations, of the same version.
+    source = table["sources"]["CUDAExecutionProvider"]
+    assert f"onnxruntime-gpu {onnxruntime.__version__} wheel" in source
+    assert "get_all_opkernel_def()" in source and "sha256 " in source
 
 
 def test_cpu_part_of_the_table_is_the_installed_wheel():
@@ -338,14 +344,14 @@ def test_export_report_gains_a_cuda_placement_section(tmp_path):
 
     import exporter
 
-    class PadRelu(torch.nn.Module):
+    class PoolRelu(torch.nn.Module):
         def forward(self, x):
-            return torch.nn.functional.pad(torch.relu(x), (1, 1)) * 2
+            return torch.nn.functional.max_pool2d(torch.relu(x), 2) * 2
 
     program = exporter.export(
-        PadRelu().eval(),
-        (torch.randn(2, 8),),
-        opset_version=20,
+        PoolRelu().eval(),
+        (torch.randn(1, 2, 4, 4),),
+        opset_version=23,
         report=True,
         placement_provider="cuda",
         artifacts_dir=tmp_path,
@@ -353,9 +359,9 @@ def test_export_report_gains_a_cuda_placement_section(tmp_path):
     text = program.report_path.read_text()
     section = text[text.index("## CUDA placement") :]
     assert section.splitlines()[2].startswith("**3 nodes, 1 on CPU, 2 Memcpy**")
-    assert "(Pad-19)` | no kernel for version 19" in section
+    assert "(MaxPool-22)` | no kernel for version 22" in section
     with pytest.raises(ValueError, match="pass report=True"):
-        exporter.export(PadRelu().eval(), (torch.randn(2, 8),), placement_provider="cuda")
+        exporter.export(PoolRelu().eval(), (torch.randn(1, 2, 4, 4),), placement_provider="cuda")
 
 
 def test_local_functions_inlined_and_other_domains_named():
