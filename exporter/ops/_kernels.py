@@ -92,6 +92,11 @@ SUPPORTED["Equal"] = SUPPORTED["Equal"] | {b8}
 #: translation computes the op from others (:func:`has_kernel`).
 #: The random generators are among them: their opset-22 revisions (bfloat16 added) have no CPU
 #: kernel, so random.py draws from a counter-based generator there.
+#: CPU only: onnxruntime 1.31.1's CUDA provider does register RoiAlign-22 and the Random*-22
+#: generators, yet a model emitting them fails to load wherever the CPU provider must run them,
+#: so the table stays. On CUDA the stand-ins cost copies instead: the generator's BitShift and
+#: BitwiseXor have no CUDA kernel at any version, its seed's Dropout-22 none either (randn at
+#: opset 23: 15 of 37 nodes on CPU, 13 Memcpy, exporter/diagnostics/placement.py predicts).
 NO_KERNEL_FROM: dict[str, int] = {
     "RoiAlign": 22,
     "MaxRoiPool": 22,
