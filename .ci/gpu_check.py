@@ -534,8 +534,7 @@ def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = F
         "shapes, optimized, float32) and ran `python -m conformance placement MODEL.onnx "
         "--provider cuda` on it: onnxruntime "
         f"{placement.kernel_table()['onnxruntime']}, graph optimizations off. "
-        "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + " "
-        "(exporter/diagnostics/placement_data/README.md).",
+        "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + ".",
         "",
         "The kernel rules are onnxruntime's; the rest of the prediction (CPU-memory inputs, shape "
         "subgraphs, copies) stands until the GPU check (`.ci/gpu_check.py run`) compares it "
