@@ -395,3 +395,22 @@ def test_local_functions_inlined_and_other_domains_named():
     assert [n.op_type for n in prediction.nodes] == ["Relu", "FusedMatMul"]
     reason = _cpu(prediction)[("fmm", "FusedMatMul")]
     assert "ai.onnx" in reason and "fails to load" not in reason
+
+
+def test_exporter_does_not_import_the_harness():
+    # The exporter's diagnostics (the placement prediction and the report's section with it)
+    # stand alone: an installed exporter runs without conformance/ (ast, so no import runs).
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    importers = []
+    for path in sorted((root / "exporter").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "conformance" for n in names):
+                importers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert importers == []
+    assert (root / "exporter" / "diagnostics" / "placement_data" / "kernels.json").is_file()
