@@ -161,6 +161,14 @@ def cpu_differences(doc: dict[str, list[list]], wheel: dict[str, list[list]]) ->
     return lines
 
 
+def build_commit() -> str:
+    """The onnxruntime git commit the installed wheel was built from (its get_build_info())."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    info = C.get_build_info()
+    return info.split("git-commit-id=", 1)[1].split(",", 1)[0] if "git-commit-id=" in info else ""
+
+
 def dump(out: Path) -> int:
     """Write the installed onnxruntime's kernel list (run it with onnxruntime-gpu)."""
     import onnxruntime
@@ -175,7 +183,7 @@ def dump(out: Path) -> int:
             file=sys.stderr,
         )
         return 2
-    record = {"onnxruntime": onnxruntime.__version__, "kernels": defs}
+    record = {"onnxruntime": onnxruntime.__version__, "commit": build_commit(), "kernels": defs}
     out.write_text(json.dumps(record, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"wrote {out}: onnxruntime {onnxruntime.__version__}, kernels per provider {counts}")
     return 0
@@ -190,14 +198,20 @@ def build(source_path: Path, source: str, out: Path) -> int:
         print(f"{source_path}: no CUDAExecutionProvider kernels", file=sys.stderr)
         return 2
     if source_path.suffix == ".json":
-        dumped = json.loads(source_path.read_text(encoding="utf-8"))["onnxruntime"]
-        if dumped != onnxruntime.__version__:
+        dumped = json.loads(source_path.read_text(encoding="utf-8"))
+        ours = build_commit()
+        # One release: the same version, built from the same commit (a short id prefixes a long).
+        if dumped["onnxruntime"] != onnxruntime.__version__ or not (
+            dumped["commit"].startswith(ours) or ours.startswith(dumped["commit"])
+        ):
             print(
-                f"{source_path} lists onnxruntime {dumped}'s kernels, the installed "
-                f"onnxruntime is {onnxruntime.__version__}: dump and build with one version",
+                f"{source_path} lists onnxruntime {dumped['onnxruntime']}'s kernels (commit "
+                f"{dumped['commit']}), the installed onnxruntime is {onnxruntime.__version__} "
+                f"(commit {ours}): dump and build with one release",
                 file=sys.stderr,
             )
             return 2
+        source += f"; built from microsoft/onnxruntime commit {dumped['commit']}"
     wheel = wheel_cpu_kernels()
     differences = cpu_differences(parsed.get("CPUExecutionProvider", {}), wheel)
     for line in differences:
@@ -214,6 +228,7 @@ def build(source_path: Path, source: str, out: Path) -> int:
             "CPUExecutionProvider": (
                 f"onnxruntime {onnxruntime.__version__} CPU wheel, "
                 "onnxruntime.capi.onnxruntime_pybind11_state.get_all_opkernel_def()"
+                + (f" (built from commit {build_commit()})" if build_commit() else "")
                 + ("" if differences else f"; the same as the CPU rows of {source_path.name}")
             ),
         },

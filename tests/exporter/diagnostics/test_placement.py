@@ -298,6 +298,7 @@ def test_kernel_table_names_its_source_and_version():
     source = table["sources"]["CUDAExecutionProvider"]
     assert f"onnxruntime-gpu {onnxruntime.__version__} wheel" in source
     assert "get_all_opkernel_def()" in source and "sha256 " in source
+    assert generate.build_commit() and f"commit {generate.build_commit()}" in source
 
 
 def test_cpu_part_of_the_table_is_the_installed_wheel():
