@@ -107,6 +107,16 @@ class ArrayComparison:
     #: Counts of |actual - expected| per ERROR_BIN_LABELS bucket (finite elements only), when
     #: asked for.
     histogram: list[int] | None = None
+    #: Set by callers that report each output of a model (``verify``): its position and name,
+    #: the shapes and dtypes compared and the tolerance applied.
+    index: int | None = None
+    name: str | None = None
+    expected_shape: tuple[int, ...] | None = None
+    actual_shape: tuple[int, ...] | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    rtol: float | None = None
+    atol: float | None = None
 
 
 def compare_arrays(
@@ -243,15 +253,29 @@ class Comparison:
     details: list[str] = dataclasses.field(default_factory=list)
     detail_ok: list[bool] = dataclasses.field(default_factory=list)
     outputs: list[ArrayComparison] = dataclasses.field(default_factory=list)
+    #: Every problem ``fail_with`` was given (the message lists the first few).
+    problems: list[str] = dataclasses.field(default_factory=list)
+    #: Set by callers that run a model on inputs of their own (``verify``): which inputs
+    #: ("example inputs", "second shape") and each graph input's (name, shape), for display,
+    #: and the stage this comparison stands for (``exporter.stages`` words: the stage that
+    #: failed when it is not ok).
+    label: str = ""
+    input_shapes: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    stage: str | None = None
 
     def add_detail(self, ok: bool, line: str) -> None:
         self.details.append(line)
         self.detail_ok.append(ok)
 
+    def shapes_text(self) -> str:
+        """The inputs' names and shapes: ``x[2, 4], y[2]``."""
+        return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
+
     def fail_with(self, problems: list[str]) -> None:
         """Not ok when there are ``problems``; the message lists the first few."""
         if not problems:
             return
+        self.problems.extend(problems)
         self.ok = False
         self.message = "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (
             f"; and {len(problems) - MAX_LISTED_PROBLEMS} more"
