@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,13 @@ from exporter.diagnostics.compare import (
     max_or_none,
     resolve_tolerance,
 )
-from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
+from exporter.diagnostics.second_shape import (
+    SECOND_SHAPE_DELTAS,
+    grow_tensor,
+    plan_second_shape,
+    requested_dynamic_axes,
+    tensor_leaf_positions,
+)
 from exporter.stages import Stage
 
 
@@ -216,220 +221,6 @@ def _restore_buffers(module: Any, saved: dict[str, torch.Tensor]) -> None:
         for name, b in module.named_buffers():
             if name in saved and b.shape == saved[name].shape:
                 b.copy_(saved[name])
-
-
-# ------------------------------------------------------------------------- dynamic shapes
-def _tensor_leaf_positions(
-    args: Sequence[Any], kwargs: dict[str, Any]
-) -> tuple[list[Any], Any, list[int]]:
-    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    return leaves, spec, [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-
-
-def requested_dynamic_axes(
-    model: Any, args: Sequence[Any], kwargs: dict[str, Any], dynamic_shapes: Any
-) -> dict[int, dict[int, str]]:
-    """Which (tensor leaf position, axis) dynamic_shapes asks to be dynamic, with a label."""
-    if dynamic_shapes is None or model is None:
-        return {}
-    from exporter._dynamic_shapes import _bind
-
-    leaves, _, _ = _tensor_leaf_positions(args, kwargs)
-    position = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
-    found: dict[int, dict[int, str]] = {}
-
-    def label(s: Any) -> str | None:
-        if s is None or s == torch.export.Dim.STATIC:
-            return None
-        if isinstance(s, str):
-            return s
-        if s == torch.export.Dim.AUTO:
-            return "Dim.AUTO"
-        if s == torch.export.Dim.DYNAMIC:
-            return "Dim.DYNAMIC"
-        return getattr(s, "__name__", None) or str(s)
-
-    def walk(spec: Any, value: Any) -> None:
-        if spec is None:
-            return
-        if isinstance(value, torch.Tensor):
-            items = (
-                spec.items()
-                if isinstance(spec, dict)
-                else enumerate(spec if isinstance(spec, (list, tuple)) else [])
-            )
-            for axis, s in items:
-                name = label(s)
-                if name is not None and isinstance(axis, int) and id(value) in position:
-                    found.setdefault(position[id(value)], {})[axis % value.dim()] = name
-        elif isinstance(value, dict) and isinstance(spec, dict):
-            for k, v in value.items():
-                walk(spec.get(k), v)
-        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-            for s, v in zip(spec, value):
-                walk(s, v)
-
-    try:
-        params = _bind(model, tuple(args), dict(kwargs))
-    except Exception:  # noqa: BLE001 - export validated this already; nothing to add here
-        return {}
-    if isinstance(dynamic_shapes, dict):
-        for k, v in params.items():
-            walk(dynamic_shapes.get(k), v)
-    elif isinstance(dynamic_shapes, (list, tuple)):
-        for s, v in zip(dynamic_shapes, params.values()):
-            walk(s, v)
-    return found
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _parse_dim(text: str) -> Any:
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr
-
-    local = {n: sympy.Symbol(n, integer=True) for n in _NAME.findall(text)}
-    try:
-        return parse_expr(text, local_dict=local)
-    except Exception:  # noqa: BLE001 - a name sympy cannot read is treated as a bare symbol
-        return sympy.Symbol(text, integer=True)
-
-
-@dataclasses.dataclass
-class _Plan:
-    new_shapes: dict[int, list[int]]  # tensor leaf position -> new shape
-    changed: list[str]
-    specialised: list[str]
-
-
-def _plan_second_shape(
-    model: ir.Model,
-    program: torch.export.ExportedProgram | None,
-    tensors: list[tuple[int, torch.Tensor]],
-    requested: dict[int, dict[int, str]],
-    delta: int,
-) -> _Plan | None:
-    """New sizes for every dimension the ONNX graph declares symbolic (dims sharing a name move
-    together, expressions follow their symbols) and every requested-dynamic dimension."""
-    import sympy
-
-    inputs = list(model.graph.inputs)
-    if program is not None:
-        from exporter._program import input_plan
-
-        # dynamic scalar inputs are graph inputs too; only tensors have dims to grow
-        fed = [entry for entry in input_plan(program) if not entry.baked]
-        if len(fed) == len(inputs):
-            inputs = [value for value, entry in zip(inputs, fed) if entry.tensor]
-    if len(inputs) != len(tensors):
-        return None
-    ranges = _symbol_ranges(program, [t for _, t in tensors], inputs)
-    exprs: dict[tuple[int, int], Any] = {}
-    examples: dict[Any, int] = {}
-    for (pos, tensor), value in zip(tensors, inputs):
-        shape = value.shape
-        if shape is None:
-            continue
-        for axis, dim in enumerate(shape):
-            if axis >= tensor.dim():
-                continue
-            text = getattr(dim, "value", dim)
-            if isinstance(text, str):
-                expr = _parse_dim(text)
-                exprs[(pos, axis)] = expr
-                if isinstance(expr, sympy.Symbol):
-                    examples.setdefault(expr, int(tensor.shape[axis]))
-    # Symbols seen only inside expressions: solve for their example value.
-    for (pos, axis), expr in exprs.items():
-        for sym in expr.free_symbols - set(examples):
-            size = dict(tensors)[pos].shape[axis]
-            solutions = [s for s in sympy.solve(sympy.Eq(expr, size), sym) if s.is_integer]
-            if solutions:
-                examples[sym] = int(solutions[0])
-    new_values = {}
-    for sym, old in examples.items():
-        low, high = ranges.get(str(sym), (0, None))
-        if low == high:
-            # A range narrowed to the example size by a deferred guard (see
-            # _dynamic_shapes.audit_dims): the graph keeps the dim symbolic, so test it.
-            low, high = 0, None
-        low = max(low, MIN_DYNAMIC_SIZE)
-        grown = max(old + delta, low)
-        if high is None or grown <= high:
-            new_values[sym] = grown
-        elif old - delta >= low:
-            new_values[sym] = old - delta
-    new_shapes: dict[int, list[int]] = {}
-    changed, specialised = [], []
-    names = {pos: (v.name or f"input {i}") for i, ((pos, _), v) in enumerate(zip(tensors, inputs))}
-    for (pos, axis), expr in exprs.items():
-        try:
-            size = int(expr.xreplace(new_values))
-        except TypeError:
-            continue  # a symbol we could not give a value: keep the example size
-        old = int(dict(tensors)[pos].shape[axis])
-        if size != old and size >= 0:
-            new_shapes.setdefault(pos, list(dict(tensors)[pos].shape))[axis] = size
-            changed.append(f"{names[pos]} dim {axis} ({expr}): {old} -> {size}")
-    for pos, axes in requested.items():
-        if pos not in names:
-            continue
-        tensor = dict(tensors)[pos]
-        for axis, label in axes.items():
-            if (pos, axis) in exprs or axis >= tensor.dim():
-                continue
-            old = int(tensor.shape[axis])
-            specialised.append(
-                f"{names[pos]} dim {axis} was requested dynamic ({label}) but the ONNX model "
-                f"fixes it to {old}"
-            )
-            new_shapes.setdefault(pos, list(tensor.shape))[axis] = max(
-                old + delta, MIN_DYNAMIC_SIZE
-            )
-            changed.append(
-                f"{names[pos]} dim {axis} ({label}, fixed in ONNX): {old} -> "
-                f"{new_shapes[pos][axis]}"
-            )
-    return _Plan(new_shapes, changed, specialised)
-
-
-def _symbol_ranges(
-    program: torch.export.ExportedProgram | None,
-    tensors: list[torch.Tensor],
-    inputs: list[ir.Value],
-) -> dict[str, tuple[int, int | None]]:
-    """ONNX dim name -> (min, max) from torch.export's range constraints."""
-    if program is None:
-        return {}
-    from exporter._dynamic_shapes import user_input_nodes
-
-    user = [n for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.Tensor)]
-    if len(user) != len(inputs):
-        return {}
-    ranges = {}
-    constraints = {str(k): v for k, v in program.range_constraints.items()}
-    for node, value in zip(user, inputs):
-        fake = node.meta["val"]
-        for axis, dim in enumerate(value.shape or ()):
-            name = getattr(dim, "value", dim)
-            if not isinstance(name, str) or axis >= fake.dim():
-                continue
-            size = fake.shape[axis]
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                vr = constraints.get(str(size.node.expr))
-                if vr is not None:
-                    ranges[name] = (_finite_int(vr.lower) or 0, _finite_int(vr.upper))
-    return ranges
-
-
-def _finite_int(bound: Any) -> int | None:
-    """A range bound as an int; None for torch's int_oo / sympy infinities."""
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return value if abs(value) < 2**62 else None
 
 
 # ------------------------------------------------------------------------------ the stages
@@ -719,15 +510,13 @@ def _second_shape_stage(v: _Verify, rtol: float | None, atol: float | None) -> N
 
 def _second_shape(v: _Verify, *, rtol: float | None, atol: float | None) -> None:
     program, result, status = v.program, v.result, v.record.status
-    leaves, spec, positions = _tensor_leaf_positions(v.args, v.kwargs)
+    leaves, spec, positions = tensor_leaf_positions(v.args, v.kwargs)
     tensors = [(p, leaves[p]) for p in positions]
     requested = requested_dynamic_axes(v.eager_model, v.args, v.kwargs, v.dynamic_shapes)
     eager_errors = []
     generator = torch.Generator().manual_seed(0)
     for delta in SECOND_SHAPE_DELTAS:
-        plan = _plan_second_shape(
-            program.model, program.exported_program, tensors, requested, delta
-        )
+        plan = plan_second_shape(program.model, program.exported_program, tensors, requested, delta)
         if plan is None:
             v.skip(
                 (Stage.SECOND_SHAPE,),
