@@ -143,19 +143,7 @@ def compare_arrays(
         both_finite = np.isfinite(want64) & np.isfinite(got64)
         result.histogram = _histogram(np.abs(got64[both_finite] - want64[both_finite]))
     if want.dtype.kind in "biu" and got.dtype.kind in "biu":
-        differ = want64 != got64
-        result.mismatched = int(np.count_nonzero(differ))
-        result.max_abs = float(np.abs(want64 - got64).max())
-        if result.mismatched:
-            result.ok = False
-            result.message = (
-                f"{result.mismatched}/{want.size} elements differ (exact compare), "
-                f"max abs error {result.max_abs:g}"
-            )
-            return result
-        result.max_rel = result.max_rel_scale = 0.0
-        result.message = "equal"
-        return result
+        return _judge_exactly(result, want64, got64)
 
     want_nan, got_nan = np.isnan(want64), np.isnan(got64)
     want_inf, got_inf = np.isinf(want64), np.isinf(got64)
@@ -197,19 +185,38 @@ def compare_arrays(
         return _judge_by_scale(result, want_f, got_f, diff, scale, rtol=rtol, atol=atol)
     if rule != ELEMENT:
         raise ValueError(f"unknown comparison rule {rule!r}; use one of {RULES}")
+    return _judge_by_element(result, want_f, got_f, diff, magnitude, rtol=rtol, atol=atol)
+
+
+def _judge_by_element(result, want_f, got_f, diff, magnitude, *, rtol, atol) -> ArrayComparison:
     allowed = atol + rtol * magnitude
-    bad = diff > allowed
-    result.mismatched = int(np.count_nonzero(bad))
+    result.mismatched = int(np.count_nonzero(diff > allowed))
     if result.mismatched:
         worst = int(np.argmax(diff - allowed))
         result.ok = False
         result.message = (
-            f"{result.mismatched}/{want.size} elements exceed rtol={rtol:g} atol={atol:g}; "
+            f"{result.mismatched}/{result.total} elements exceed rtol={rtol:g} atol={atol:g}; "
             f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}; "
             f"worst: expected {want_f[worst]:.6g}, got {got_f[worst]:.6g}"
         )
         return result
     result.message = f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}"
+    return result
+
+
+def _judge_exactly(result, want64, got64) -> ArrayComparison:
+    """Integers and bools: equal or not, whatever the tolerance."""
+    result.mismatched = int(np.count_nonzero(want64 != got64))
+    result.max_abs = float(np.abs(want64 - got64).max())
+    if result.mismatched:
+        result.ok = False
+        result.message = (
+            f"{result.mismatched}/{want64.size} elements differ (exact compare), "
+            f"max abs error {result.max_abs:g}"
+        )
+        return result
+    result.max_rel = result.max_rel_scale = 0.0
+    result.message = "equal"
     return result
 
 
