@@ -30,17 +30,13 @@ from exporter.diagnostics.compare import ArrayComparison, compare_arrays
 KEEP_DIVERGENT = 10
 
 
-@dataclasses.dataclass
-class NodeComparison:
+@dataclasses.dataclass(kw_only=True)
+class NodeComparison(ArrayComparison):
+    """One FX node's value against its ONNX value: compare's result, and where it was taken."""
+
     fx_node: str
     target: str
     onnx_value: str
-    ok: bool
-    message: str
-    max_abs: float | None = None
-    max_rel: float | None = None
-    expected_shape: tuple[int, ...] | None = None
-    actual_shape: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -434,23 +430,19 @@ def _bisect_model(
         if not isinstance(expected, (torch.Tensor, int, float, bool, torch.SymInt)):
             continue
         found = _compare_value(expected, onnx_values[value_name], rtol=rtol, atol=atol)
-        ok, message, max_abs, max_rel = found.ok, found.message, found.max_abs, found.max_rel
-        compared[node.name] = ok
-        if ok:
+        compared[node.name] = found.ok
+        if found.ok:
             continue
         divergent_count += 1
         if divergent_count > KEEP_DIVERGENT + 1:
             continue
+        found.expected_shape = tuple(_as_numpy(expected).shape)
+        found.actual_shape = tuple(np.asarray(onnx_values[value_name]).shape)
         comparison = NodeComparison(
+            **dataclasses.asdict(found),
             fx_node=node.name,
             target=_metadata.target_name(node.target),
             onnx_value=value_name,
-            ok=False,
-            message=message,
-            max_abs=max_abs,
-            max_rel=max_rel,
-            expected_shape=tuple(_as_numpy(expected).shape),
-            actual_shape=tuple(np.asarray(onnx_values[value_name]).shape),
         )
         divergent.append(comparison)
         if first is None:
