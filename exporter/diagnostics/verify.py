@@ -259,20 +259,19 @@ def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list
 
 
 def _compare_run(
-    program: Any,
+    v: _Verify,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     expected: list[np.ndarray],
     *,
     second_shape: bool,
-    rtol: float | None,
-    atol: float | None,
 ) -> Comparison:
     """Run the ONNX model on one set of inputs and compare each output with ``expected``. The
     result's stage is the one a failure belongs to: ``second-shape`` on the second shape, else
     ``run`` when onnxruntime raised and ``compare`` otherwise."""
     from exporter._program import flatten_inputs
 
+    program, rtol, atol = v.program, v.result.rtol, v.result.atol
     input_names = [v.name or f"input_{i}" for i, v in enumerate(program.model.graph.inputs)]
     shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
     run = Comparison(
@@ -418,11 +417,11 @@ def verify_program(
             raise OnnxVerificationError(message)
         warnings.warn(message, OnnxVerificationWarning, stacklevel=3)
         return result
-    if _load(v) and _run(v, expected, rtol, atol):
-        _second_shape_stage(v, rtol, atol)
+    if _load(v) and _run(v, expected):
+        _second_shape_stage(v)
     if not result.outputs_ok and bisect_on_mismatch and result.ort_load_error is None:
         with v.timed("bisection"):
-            _bisect_first_failure(program, result, v.args, v.kwargs, registry, rtol, atol)
+            _bisect_first_failure(v, registry)
     _record_problems(v.record, result)
     if not result.ok:
         message = result.summary()
@@ -475,14 +474,12 @@ def _load(v: _Verify) -> bool:
     return False
 
 
-def _run(v: _Verify, expected: list[np.ndarray], rtol: float | None, atol: float | None) -> bool:
+def _run(v: _Verify, expected: list[np.ndarray]) -> bool:
     """The run and compare stages on the example inputs. False, with the second shape skipped,
     when onnxruntime raised."""
     status = v.record.status
     with v.timed(Stage.RUN):
-        first = _compare_run(
-            v.program, v.args, v.kwargs, expected, second_shape=False, rtol=rtol, atol=atol
-        )
+        first = _compare_run(v, v.args, v.kwargs, expected, second_shape=False)
         v.result.runs.append(first)
         ran = first.stage != Stage.RUN
         status[Stage.RUN] = "ok" if ran else "failed"
@@ -495,12 +492,12 @@ def _run(v: _Verify, expected: list[np.ndarray], rtol: float | None, atol: float
     return ran
 
 
-def _second_shape_stage(v: _Verify, rtol: float | None, atol: float | None) -> None:
+def _second_shape_stage(v: _Verify) -> None:
     """The second-shape stage: the same comparison where every dynamic dimension has another
     size. A bug in generating those inputs skips the stage, never fails the export."""
     with v.timed(Stage.SECOND_SHAPE):
         try:
-            _second_shape(v, rtol=rtol, atol=atol)
+            _second_shape(v)
         except Exception as exc:  # noqa: BLE001 - a verify bug must not fail the export
             v.skip(
                 (Stage.SECOND_SHAPE,),
@@ -508,7 +505,9 @@ def _second_shape_stage(v: _Verify, rtol: float | None, atol: float | None) -> N
             )
 
 
-def _second_shape(v: _Verify, *, rtol: float | None, atol: float | None) -> None:
+def _second_shape(v: _Verify) -> None:
+    """Plan the second shape (``delta`` 1, then 2 when the reference rejects the sizes), grow
+    the inputs, run the reference and the model on them and compare."""
     program, result, status = v.program, v.result, v.record.status
     leaves, spec, positions = tensor_leaf_positions(v.args, v.kwargs)
     tensors = [(p, leaves[p]) for p in positions]
@@ -537,9 +536,7 @@ def _second_shape(v: _Verify, *, rtol: float | None, atol: float | None) -> None
             eager_errors.append(f"+{delta}: {type(exc).__name__}: {str(exc).strip()[:300]}")
             continue
         result.changed_dims = plan.changed
-        run = _compare_run(
-            program, new_args, new_kwargs, expected, second_shape=True, rtol=rtol, atol=atol
-        )
+        run = _compare_run(v, new_args, new_kwargs, expected, second_shape=True)
         result.runs.append(run)
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
         result.case.expected2 = expected
@@ -557,17 +554,11 @@ def _second_shape(v: _Verify, *, rtol: float | None, atol: float | None) -> None
         v.skip((Stage.SECOND_SHAPE,), reason)
 
 
-def _bisect_first_failure(
-    program: Any,
-    result: VerificationResult,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    registry: Any,
-    rtol: float | None,
-    atol: float | None,
-) -> None:
+def _bisect_first_failure(v: _Verify, registry: Any) -> None:
+    """Name the first divergent FX node of the first failing run (on its inputs)."""
     from exporter.diagnostics import bisect
 
+    program, result, args, kwargs = v.program, v.result, v.args, v.kwargs
     failing = next((r for r in result.runs if not r.ok), None)
     if failing is None or program.exported_program is None:
         return
@@ -576,7 +567,7 @@ def _bisect_first_failure(
         expected = result.case.expected2
     else:
         expected = result.case.expected
-    r, a = resolve_tolerance("export", "float32", rtol, atol)
+    r, a = resolve_tolerance("export", "float32", result.rtol, result.atol)
     try:
         result.bisection = bisect.bisect(
             program, args, kwargs, rtol=r, atol=a, registry=registry, reference_outputs=expected
