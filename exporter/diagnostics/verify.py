@@ -223,7 +223,7 @@ def _restore_buffers(module: Any, saved: dict[str, torch.Tensor]) -> None:
                 b.copy_(saved[name])
 
 
-# ------------------------------------------------------------------------------ the stages
+# --------------------------------------------------------------------------- onnx.checker
 def run_checker(proto_or_model: Any) -> str:
     """'ok', or the message of ``onnx.checker.check_model(full_check=True)``."""
     import os
@@ -250,67 +250,7 @@ def run_checker(proto_or_model: Any) -> str:
     return "ok"
 
 
-def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
-    from exporter import _dtypes
-
-    session = program._session
-    outputs = _dtypes.run_session(session, program._feeds(session, args, kwargs))
-    return [_dtypes.to_numpy(o) for o in outputs]
-
-
-def _compare_run(
-    v: _Verify,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    expected: list[np.ndarray],
-    *,
-    second_shape: bool,
-) -> Comparison:
-    """Run the ONNX model on one set of inputs and compare each output with ``expected``. The
-    result's stage is the one a failure belongs to: ``second-shape`` on the second shape, else
-    ``run`` when onnxruntime raised and ``compare`` otherwise."""
-    from exporter._program import flatten_inputs
-
-    program, rtol, atol = v.program, v.result.rtol, v.result.atol
-    input_names = [v.name or f"input_{i}" for i, v in enumerate(program.model.graph.inputs)]
-    shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
-    run = Comparison(
-        True,
-        label=SECOND_SHAPE_INPUTS if second_shape else EXAMPLE_INPUTS,
-        input_shapes=list(zip(input_names, shapes)),
-        stage=Stage.SECOND_SHAPE if second_shape else Stage.COMPARE,
-    )
-    try:
-        actual = _run_onnx(program, args, kwargs)
-    except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
-        run.stage = Stage.SECOND_SHAPE if second_shape else Stage.RUN
-        run.fail_with([f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"])
-        return run
-    names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
-    if len(actual) != len(expected):
-        run.fail_with(
-            [
-                f"output count differs: the reference returns {len(expected)} tensors, "
-                f"the ONNX model {len(actual)} ({names})"
-            ]
-        )
-        return run
-    for i, (want, got) in enumerate(zip(expected, actual)):
-        name = names[i] if i < len(names) else f"output_{i}"
-        one = compare_output(i, name, want, got, rtol=rtol, atol=atol)
-        run.outputs.append(one)
-        run.add_detail(one.ok, f"output {i} ({name}): {one.message}")
-        run.max_abs = max_or_none(run.max_abs, one.max_abs)
-        run.max_rel = max_or_none(run.max_rel, one.max_rel)
-    run.fail_with([line for line, ok in zip(run.details, run.detail_ok) if not ok])
-    return run
-
-
-def _feeds(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-    # baked scalars have no graph input: the program skips them the way __call__ does
-    return program.feeds(args, kwargs)
-
-
+# ------------------------------------------------------------------------------ the stages
 @dataclasses.dataclass
 class _Verify:
     """One ``verify_program`` call: what its stages share."""
@@ -417,8 +357,11 @@ def verify_program(
             raise OnnxVerificationError(message)
         warnings.warn(message, OnnxVerificationWarning, stacklevel=3)
         return result
-    if _load(v) and _run(v, expected):
-        _second_shape_stage(v)
+    if _load(v):
+        first, actual = _run(v)
+        if actual is not None:
+            _compare(v, first, expected, actual)
+            _second_shape_stage(v)
     if not result.outputs_ok and bisect_on_mismatch and result.ort_load_error is None:
         with v.timed("bisection"):
             _bisect_first_failure(v, registry)
@@ -474,22 +417,26 @@ def _load(v: _Verify) -> bool:
     return False
 
 
-def _run(v: _Verify, expected: list[np.ndarray]) -> bool:
-    """The run and compare stages on the example inputs. False, with the second shape skipped,
-    when onnxruntime raised."""
-    status = v.record.status
+def _run(v: _Verify) -> tuple[Comparison, list[np.ndarray] | None]:
+    """The run stage: the model on the example inputs. Its outputs, or None, with compare and
+    the second shape skipped, when onnxruntime raised."""
     with v.timed(Stage.RUN):
-        first = _compare_run(v, v.args, v.kwargs, expected, second_shape=False)
+        first, actual = _run_model(v, v.args, v.kwargs, second_shape=False)
         v.result.runs.append(first)
-        ran = first.stage != Stage.RUN
-        status[Stage.RUN] = "ok" if ran else "failed"
-        if ran:
-            status[Stage.COMPARE] = "ok" if first.ok else "failed"
-        else:
-            v.skip((Stage.COMPARE,), "onnxruntime failed on the example inputs")
-    if not ran:
-        v.skip((Stage.SECOND_SHAPE,), "onnxruntime failed on the example inputs")
-    return ran
+        v.record.status[Stage.RUN] = "ok" if actual is not None else "failed"
+    if actual is None:
+        reason = "onnxruntime failed on the example inputs"
+        v.skip((Stage.COMPARE, Stage.SECOND_SHAPE), reason)
+    return first, actual
+
+
+def _compare(
+    v: _Verify, first: Comparison, expected: list[np.ndarray], actual: list[np.ndarray]
+) -> None:
+    """The compare stage: each output on the example inputs against the reference's."""
+    with v.timed(Stage.COMPARE):
+        _compare_outputs(v, first, expected, actual)
+        v.record.status[Stage.COMPARE] = "ok" if first.ok else "failed"
 
 
 def _second_shape_stage(v: _Verify) -> None:
@@ -536,7 +483,9 @@ def _second_shape(v: _Verify) -> None:
             eager_errors.append(f"+{delta}: {type(exc).__name__}: {str(exc).strip()[:300]}")
             continue
         result.changed_dims = plan.changed
-        run = _compare_run(v, new_args, new_kwargs, expected, second_shape=True)
+        run, actual = _run_model(v, new_args, new_kwargs, second_shape=True)
+        if actual is not None:
+            _compare_outputs(v, run, expected, actual)
         result.runs.append(run)
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
         result.case.expected2 = expected
@@ -554,6 +503,70 @@ def _second_shape(v: _Verify) -> None:
         v.skip((Stage.SECOND_SHAPE,), reason)
 
 
+# ------------------------------------------------------------------ running and comparing
+def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+    from exporter import _dtypes
+
+    session = program._session
+    outputs = _dtypes.run_session(session, program._feeds(session, args, kwargs))
+    return [_dtypes.to_numpy(o) for o in outputs]
+
+
+def _run_model(
+    v: _Verify, args: Sequence[Any], kwargs: dict[str, Any], *, second_shape: bool
+) -> tuple[Comparison, list[np.ndarray] | None]:
+    """Run the ONNX model on one set of inputs: the run's (empty) comparison and the outputs,
+    None when onnxruntime raised. The comparison's stage is the one a failure belongs to:
+    ``second-shape`` on the second shape, else ``run`` when onnxruntime raised and ``compare``
+    otherwise."""
+    from exporter._program import flatten_inputs
+
+    graph = v.program.model.graph
+    input_names = [value.name or f"input_{i}" for i, value in enumerate(graph.inputs)]
+    shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
+    run = Comparison(
+        True,
+        label=SECOND_SHAPE_INPUTS if second_shape else EXAMPLE_INPUTS,
+        input_shapes=list(zip(input_names, shapes)),
+        stage=Stage.SECOND_SHAPE if second_shape else Stage.COMPARE,
+    )
+    try:
+        return run, _run_onnx(v.program, args, kwargs)
+    except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
+        run.stage = Stage.SECOND_SHAPE if second_shape else Stage.RUN
+        run.fail_with([f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"])
+        return run, None
+
+
+def _compare_outputs(
+    v: _Verify, run: Comparison, expected: list[np.ndarray], actual: list[np.ndarray]
+) -> None:
+    """Each output of ``run`` against the reference's (``compare_output``)."""
+    names = [o.name or f"output_{i}" for i, o in enumerate(v.program.model.graph.outputs)]
+    if len(actual) != len(expected):
+        run.fail_with(
+            [
+                f"output count differs: the reference returns {len(expected)} tensors, "
+                f"the ONNX model {len(actual)} ({names})"
+            ]
+        )
+        return
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        name = names[i] if i < len(names) else f"output_{i}"
+        one = compare_output(i, name, want, got, rtol=v.result.rtol, atol=v.result.atol)
+        run.outputs.append(one)
+        run.add_detail(one.ok, f"output {i} ({name}): {one.message}")
+        run.max_abs = max_or_none(run.max_abs, one.max_abs)
+        run.max_rel = max_or_none(run.max_rel, one.max_rel)
+    run.fail_with([line for line, ok in zip(run.details, run.detail_ok) if not ok])
+
+
+def _feeds(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+    # baked scalars have no graph input: the program skips them the way __call__ does
+    return program.feeds(args, kwargs)
+
+
+# ------------------------------------------------------------------------ after the stages
 def _bisect_first_failure(v: _Verify, registry: Any) -> None:
     """Name the first divergent FX node of the first failing run (on its inputs)."""
     from exporter.diagnostics import bisect
