@@ -476,14 +476,9 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
             _check_greedy(case, module, session, outcome)
 
     def specialised(session, grown_only: bool) -> list[str]:
-        return [
-            f"{item.name} dim {dim} ('{axis}') fixed to {session.input_shapes[item.name][dim]}"
-            for item in inputs
-            if item.name in session.input_shapes
-            for dim, axis in item.axes.items()
-            if dim < len(session.input_shapes[item.name])
-            and isinstance(session.input_shapes[item.name][dim], int)
-        ]
+        from exporter.diagnostics.second_shape import specialised_dims
+
+        return specialised_dims(session.input_shapes, {item.name: item.axes for item in inputs})
 
     def conclude(outcome) -> None:
         if outcome.status == "pass" and outcome.extra.get("vacuous"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from exporter.diagnostics.second_shape import dynamic_dims
+from exporter.diagnostics.second_shape import dynamic_dims, specialised_dims
 
 
 def dynamic_shapes_spec(inputs: tuple[torch.Tensor, ...]) -> tuple:
@@ -33,15 +33,10 @@ def specialised_inputs(
     among: set | None = None,
 ) -> list[str]:
     """Dimensions that were asked to be dynamic but have a fixed size in the ONNX model
-    (only those in ``among``, ``(input index, dim)`` pairs, when given)."""
-    found = []
-    for i, (name, tensor) in enumerate(zip(input_names, inputs)):
-        shape = onnx_input_shapes.get(name)
-        if shape is None:
-            continue
-        for d in dynamic_dims(tensor):
-            if among is not None and (i, d) not in among:
-                continue
-            if d < len(shape) and isinstance(shape[d], int):
-                found.append(f"{name} dim {d} fixed to {shape[d]}")
-    return found
+    (only those in ``among``, ``(input index, dim)`` pairs, when given): every dimension
+    ``dynamic_dims`` offers is asked for (``second_shape.specialised_dims`` judges)."""
+    requested = {
+        name: {d: None for d in dynamic_dims(tensor) if among is None or (i, d) in among}
+        for i, (name, tensor) in enumerate(zip(input_names, inputs))
+    }
+    return specialised_dims(onnx_input_shapes, requested)

@@ -30,17 +30,13 @@ from exporter.diagnostics.compare import ArrayComparison, compare_arrays
 KEEP_DIVERGENT = 10
 
 
-@dataclasses.dataclass
-class NodeComparison:
+@dataclasses.dataclass(kw_only=True)
+class NodeComparison(ArrayComparison):
+    """One FX node's value against its ONNX value: compare's result, and where it was taken."""
+
     fx_node: str
     target: str
     onnx_value: str
-    ok: bool
-    message: str
-    max_abs: float | None = None
-    max_rel: float | None = None
-    expected_shape: tuple[int, ...] | None = None
-    actual_shape: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -305,26 +301,8 @@ def bisect(
             "the export's registry was not recorded: translations are named from the default "
             "registry, and custom ones would not show"
         )
-
-    models: list[tuple[str, ir.Model]] = []
-    exported = onnx_program.model
-    mapping = exported.graph.meta.get(FX_VALUES_KEY, {})
-    present = _node_outputs(exported.graph)
-    missing = [n.name for n in fx_nodes if mapping.get(n.name) not in present]
-    if missing and known_registry is not None:
-        opset = (
-            record.opset
-            if record is not None and record.opset
-            else exported.graph.opset_imports.get("", 20)
-        )
-        root = record.model_class if record is not None else ""
-        models.append(
-            ("unoptimised re-translation", _retranslate(program, known_registry, opset, root))
-        )
-    models.append(("exported model", exported))
-
-    wanted = {n.name for n in fx_nodes}
-    fx_values, program_outputs = run_program(program, args, kwargs, wanted)
+    models = _models_to_bisect(onnx_program, fx_nodes, known_registry)
+    fx_values, program_outputs = run_program(program, args, kwargs, {n.name for n in fx_nodes})
     program_vs_reference = None
     if reference_outputs is not None:
         program_vs_reference = _compare_outputs(
@@ -348,6 +326,42 @@ def bisect(
                 "the unoptimised translation matches the exported program everywhere; if the "
                 "exported model's outputs differ, optimisation changed them"
             )
+    result = _conclude(results, program_vs_reference, notes)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _models_to_bisect(
+    onnx_program: Any, fx_nodes: list[torch.fx.Node], known_registry: Any
+) -> list[tuple[str, ir.Model]]:
+    """The exported model, preceded by an unoptimised re-translation when optimisation lost
+    some FX nodes' values and the export's registry is known."""
+    record = getattr(onnx_program, "record", None)
+    exported = onnx_program.model
+    mapping = exported.graph.meta.get(FX_VALUES_KEY, {})
+    present = _node_outputs(exported.graph)
+    missing = [n.name for n in fx_nodes if mapping.get(n.name) not in present]
+    models: list[tuple[str, ir.Model]] = []
+    if missing and known_registry is not None:
+        opset = (
+            record.opset
+            if record is not None and record.opset
+            else exported.graph.opset_imports.get("", 20)
+        )
+        root = record.model_class if record is not None else ""
+        program = onnx_program.exported_program
+        models.append(
+            ("unoptimised re-translation", _retranslate(program, known_registry, opset, root))
+        )
+    models.append(("exported model", exported))
+    return models
+
+
+def _conclude(
+    results: list[BisectionResult], program_vs_reference: str | None, notes: list[str]
+) -> BisectionResult:
+    """The first result that found a divergent node (else the first), with the notes that
+    say where the divergence comes from."""
     result = next((r for r in results if r.first is not None), results[0])
     if result is not results[0]:
         notes.append(
@@ -366,7 +380,6 @@ def bisect(
             "the ONNX values agree with the exported program, but the exported program differs "
             "from the reference: the cause is in capture or decomposition, not translation"
         )
-    result.seconds = time.perf_counter() - start
     return result
 
 
@@ -417,23 +430,19 @@ def _bisect_model(
         if not isinstance(expected, (torch.Tensor, int, float, bool, torch.SymInt)):
             continue
         found = _compare_value(expected, onnx_values[value_name], rtol=rtol, atol=atol)
-        ok, message, max_abs, max_rel = found.ok, found.message, found.max_abs, found.max_rel
-        compared[node.name] = ok
-        if ok:
+        compared[node.name] = found.ok
+        if found.ok:
             continue
         divergent_count += 1
         if divergent_count > KEEP_DIVERGENT + 1:
             continue
+        found.expected_shape = tuple(_as_numpy(expected).shape)
+        found.actual_shape = tuple(np.asarray(onnx_values[value_name]).shape)
         comparison = NodeComparison(
+            **dataclasses.asdict(found),
             fx_node=node.name,
             target=_metadata.target_name(node.target),
             onnx_value=value_name,
-            ok=False,
-            message=message,
-            max_abs=max_abs,
-            max_rel=max_rel,
-            expected_shape=tuple(_as_numpy(expected).shape),
-            actual_shape=tuple(np.asarray(onnx_values[value_name]).shape),
         )
         divergent.append(comparison)
         if first is None:

@@ -107,6 +107,16 @@ class ArrayComparison:
     #: Counts of |actual - expected| per ERROR_BIN_LABELS bucket (finite elements only), when
     #: asked for.
     histogram: list[int] | None = None
+    #: Set by callers that report each output of a model (``verify``): its position and name,
+    #: the shapes and dtypes compared and the tolerance applied.
+    index: int | None = None
+    name: str | None = None
+    expected_shape: tuple[int, ...] | None = None
+    actual_shape: tuple[int, ...] | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    rtol: float | None = None
+    atol: float | None = None
 
 
 def compare_arrays(
@@ -133,19 +143,7 @@ def compare_arrays(
         both_finite = np.isfinite(want64) & np.isfinite(got64)
         result.histogram = _histogram(np.abs(got64[both_finite] - want64[both_finite]))
     if want.dtype.kind in "biu" and got.dtype.kind in "biu":
-        differ = want64 != got64
-        result.mismatched = int(np.count_nonzero(differ))
-        result.max_abs = float(np.abs(want64 - got64).max())
-        if result.mismatched:
-            result.ok = False
-            result.message = (
-                f"{result.mismatched}/{want.size} elements differ (exact compare), "
-                f"max abs error {result.max_abs:g}"
-            )
-            return result
-        result.max_rel = result.max_rel_scale = 0.0
-        result.message = "equal"
-        return result
+        return _judge_exactly(result, want64, got64)
 
     want_nan, got_nan = np.isnan(want64), np.isnan(got64)
     want_inf, got_inf = np.isinf(want64), np.isinf(got64)
@@ -187,19 +185,38 @@ def compare_arrays(
         return _judge_by_scale(result, want_f, got_f, diff, scale, rtol=rtol, atol=atol)
     if rule != ELEMENT:
         raise ValueError(f"unknown comparison rule {rule!r}; use one of {RULES}")
+    return _judge_by_element(result, want_f, got_f, diff, magnitude, rtol=rtol, atol=atol)
+
+
+def _judge_by_element(result, want_f, got_f, diff, magnitude, *, rtol, atol) -> ArrayComparison:
     allowed = atol + rtol * magnitude
-    bad = diff > allowed
-    result.mismatched = int(np.count_nonzero(bad))
+    result.mismatched = int(np.count_nonzero(diff > allowed))
     if result.mismatched:
         worst = int(np.argmax(diff - allowed))
         result.ok = False
         result.message = (
-            f"{result.mismatched}/{want.size} elements exceed rtol={rtol:g} atol={atol:g}; "
+            f"{result.mismatched}/{result.total} elements exceed rtol={rtol:g} atol={atol:g}; "
             f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}; "
             f"worst: expected {want_f[worst]:.6g}, got {got_f[worst]:.6g}"
         )
         return result
     result.message = f"max abs error {result.max_abs:.3g}, max rel error {result.max_rel:.3g}"
+    return result
+
+
+def _judge_exactly(result, want64, got64) -> ArrayComparison:
+    """Integers and bools: equal or not, whatever the tolerance."""
+    result.mismatched = int(np.count_nonzero(want64 != got64))
+    result.max_abs = float(np.abs(want64 - got64).max())
+    if result.mismatched:
+        result.ok = False
+        result.message = (
+            f"{result.mismatched}/{want64.size} elements differ (exact compare), "
+            f"max abs error {result.max_abs:g}"
+        )
+        return result
+    result.max_rel = result.max_rel_scale = 0.0
+    result.message = "equal"
     return result
 
 
@@ -243,15 +260,29 @@ class Comparison:
     details: list[str] = dataclasses.field(default_factory=list)
     detail_ok: list[bool] = dataclasses.field(default_factory=list)
     outputs: list[ArrayComparison] = dataclasses.field(default_factory=list)
+    #: Every problem ``fail_with`` was given (the message lists the first few).
+    problems: list[str] = dataclasses.field(default_factory=list)
+    #: Set by callers that run a model on inputs of their own (``verify``): which inputs
+    #: ("example inputs", "second shape") and each graph input's (name, shape), for display,
+    #: and the stage this comparison stands for (``exporter.stages`` words: the stage that
+    #: failed when it is not ok).
+    label: str = ""
+    input_shapes: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    stage: str | None = None
 
     def add_detail(self, ok: bool, line: str) -> None:
         self.details.append(line)
         self.detail_ok.append(ok)
 
+    def shapes_text(self) -> str:
+        """The inputs' names and shapes: ``x[2, 4], y[2]``."""
+        return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
+
     def fail_with(self, problems: list[str]) -> None:
         """Not ok when there are ``problems``; the message lists the first few."""
         if not problems:
             return
+        self.problems.extend(problems)
         self.ok = False
         self.message = "; ".join(problems[:MAX_LISTED_PROBLEMS]) + (
             f"; and {len(problems) - MAX_LISTED_PROBLEMS} more"

@@ -223,8 +223,8 @@ def _failed_stage(verification: VerificationResult) -> str:
     if verification.ort_load_error:
         return Stage.LOAD
     for run in verification.runs:
-        if run.failed_stage is not None:
-            return run.failed_stage
+        if not run.ok:
+            return run.stage
     return Stage.SECOND_SHAPE if verification.specialised else Stage.CHECKER
 
 

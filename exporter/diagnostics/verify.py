@@ -12,11 +12,11 @@ decomposition bugs show too; the second shape is what catches silently specialis
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,20 @@ from torch.utils import _pytree as pytree
 
 from exporter._errors import OnnxCheckerError, OnnxVerificationError
 from exporter._record import ExportRecord
-from exporter.diagnostics.compare import compare_arrays, resolve_tolerance
-from exporter.diagnostics.second_shape import MIN_DYNAMIC_SIZE, SECOND_SHAPE_DELTAS, grow_tensor
+from exporter.diagnostics.compare import (
+    ArrayComparison,
+    Comparison,
+    compare_arrays,
+    max_or_none,
+    resolve_tolerance,
+)
+from exporter.diagnostics.second_shape import (
+    SECOND_SHAPE_DELTAS,
+    grow_tensor,
+    plan_second_shape,
+    requested_dynamic_axes,
+    tensor_leaf_positions,
+)
 from exporter.stages import Stage
 
 
@@ -35,59 +47,9 @@ class OnnxVerificationWarning(UserWarning):
     """``verify=True`` found the ONNX model disagreeing with the eager module."""
 
 
-@dataclasses.dataclass
-class OutputComparison:
-    index: int
-    name: str
-    ok: bool
-    message: str
-    expected_shape: tuple[int, ...] | None = None
-    actual_shape: tuple[int, ...] | None = None
-    expected_dtype: str | None = None
-    actual_dtype: str | None = None
-    max_abs: float | None = None
-    max_rel: float | None = None
-    mismatched: int = 0
-    total: int = 0
-    #: Counts of |actual - expected| per ERROR_BIN_LABELS bucket (finite elements only).
-    histogram: list[int] | None = None
-    rtol: float = 0.0
-    atol: float = 0.0
-
-
-@dataclasses.dataclass
-class RunComparison:
-    """The ONNX model against the reference on one set of inputs."""
-
-    label: str  # "example inputs" or "second shape", for display only
-    input_shapes: list[tuple[str, tuple[int, ...]]]
-    outputs: list[OutputComparison] = dataclasses.field(default_factory=list)
-    error: str | None = None  # onnxruntime or the reference raised; or output counts differ
-    #: The run on the generated second-shape inputs (else the example inputs).
-    second_shape: bool = False
-    #: onnxruntime raised, so there are no outputs to compare.
-    runtime_failed: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and all(o.ok for o in self.outputs)
-
-    @property
-    def failed_stage(self) -> str | None:
-        """The ExportRecord stage this run failed, or None when it passed."""
-        if self.ok:
-            return None
-        if self.second_shape:
-            return Stage.SECOND_SHAPE
-        return Stage.RUN if self.runtime_failed else Stage.COMPARE
-
-    def shapes_text(self) -> str:
-        return ", ".join(f"{n}{list(s)}" for n, s in self.input_shapes) or "no inputs"
-
-    def problems(self) -> list[str]:
-        if self.error is not None:
-            return [self.error]
-        return [f"output {o.index} ({o.name}): {o.message}" for o in self.outputs if not o.ok]
+#: What each run's ``Comparison.label`` says its inputs were.
+EXAMPLE_INPUTS = "example inputs"
+SECOND_SHAPE_INPUTS = "second shape"
 
 
 @dataclasses.dataclass
@@ -107,7 +69,8 @@ class VerificationResult:
     atol: float | None
     checker: str = "not run"  # "ok" or the checker's message
     ort_load_error: str | None = None
-    runs: list[RunComparison] = dataclasses.field(default_factory=list)
+    #: One comparison per set of inputs: the example inputs, then the second shape when it ran.
+    runs: list[Comparison] = dataclasses.field(default_factory=list)
     #: Dynamic axes asked for in dynamic_shapes that the ONNX model has fixed.
     specialised: list[str] = dataclasses.field(default_factory=list)
     #: Why a stage was skipped, by stage name.
@@ -146,7 +109,7 @@ class VerificationResult:
             found.append(f"onnxruntime could not load the model: {self.ort_load_error}")
         found.extend(f"dynamic axis specialised: {s}" for s in self.specialised)
         for run in self.runs:
-            found.extend(f"{run.label} ({run.shapes_text()}): {p}" for p in run.problems())
+            found.extend(f"{run.label} ({run.shapes_text()}): {p}" for p in run.problems)
         return found
 
     def summary(self) -> str:
@@ -171,38 +134,30 @@ def compare_output(
     *,
     rtol: float | None,
     atol: float | None,
-) -> OutputComparison:
+) -> ArrayComparison:
     """Shape, dtype and values of one output against its expected array (``rtol``/``atol``
     default by the expected dtype)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     e_dtype, a_dtype = str(expected.dtype), str(actual.dtype)
     r, a = resolve_tolerance("export", e_dtype, rtol, atol)
     values = compare_arrays(expected, actual, rtol=r, atol=a, histogram=True)
-    result = OutputComparison(
+    problems = [f"dtype {a_dtype} != expected {e_dtype}"] if e_dtype != a_dtype else []
+    if not values.ok:
+        problems.append(values.message)
+    return dataclasses.replace(
+        values,
+        ok=not problems,
+        message="; ".join(problems) if problems else values.message,
+        total=int(expected.size),
         index=index,
         name=name,
-        ok=True,
-        message="",
         expected_shape=tuple(expected.shape),
         actual_shape=tuple(actual.shape),
         expected_dtype=e_dtype,
         actual_dtype=a_dtype,
-        max_abs=values.max_abs,
-        max_rel=values.max_rel,
-        mismatched=values.mismatched,
-        total=int(expected.size),
-        histogram=values.histogram,
         rtol=r,
         atol=a,
     )
-    problems = []
-    if e_dtype != a_dtype:
-        problems.append(f"dtype {a_dtype} != expected {e_dtype}")
-    if not values.ok:
-        problems.append(values.message)
-    result.ok = not problems
-    result.message = "; ".join(problems) if problems else values.message
-    return result
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -268,221 +223,7 @@ def _restore_buffers(module: Any, saved: dict[str, torch.Tensor]) -> None:
                 b.copy_(saved[name])
 
 
-# ------------------------------------------------------------------------- dynamic shapes
-def _tensor_leaf_positions(
-    args: Sequence[Any], kwargs: dict[str, Any]
-) -> tuple[list[Any], Any, list[int]]:
-    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    return leaves, spec, [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-
-
-def requested_dynamic_axes(
-    model: Any, args: Sequence[Any], kwargs: dict[str, Any], dynamic_shapes: Any
-) -> dict[int, dict[int, str]]:
-    """Which (tensor leaf position, axis) dynamic_shapes asks to be dynamic, with a label."""
-    if dynamic_shapes is None or model is None:
-        return {}
-    from exporter._dynamic_shapes import _bind
-
-    leaves, _, _ = _tensor_leaf_positions(args, kwargs)
-    position = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
-    found: dict[int, dict[int, str]] = {}
-
-    def label(s: Any) -> str | None:
-        if s is None or s == torch.export.Dim.STATIC:
-            return None
-        if isinstance(s, str):
-            return s
-        if s == torch.export.Dim.AUTO:
-            return "Dim.AUTO"
-        if s == torch.export.Dim.DYNAMIC:
-            return "Dim.DYNAMIC"
-        return getattr(s, "__name__", None) or str(s)
-
-    def walk(spec: Any, value: Any) -> None:
-        if spec is None:
-            return
-        if isinstance(value, torch.Tensor):
-            items = (
-                spec.items()
-                if isinstance(spec, dict)
-                else enumerate(spec if isinstance(spec, (list, tuple)) else [])
-            )
-            for axis, s in items:
-                name = label(s)
-                if name is not None and isinstance(axis, int) and id(value) in position:
-                    found.setdefault(position[id(value)], {})[axis % value.dim()] = name
-        elif isinstance(value, dict) and isinstance(spec, dict):
-            for k, v in value.items():
-                walk(spec.get(k), v)
-        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-            for s, v in zip(spec, value):
-                walk(s, v)
-
-    try:
-        params = _bind(model, tuple(args), dict(kwargs))
-    except Exception:  # noqa: BLE001 - export validated this already; nothing to add here
-        return {}
-    if isinstance(dynamic_shapes, dict):
-        for k, v in params.items():
-            walk(dynamic_shapes.get(k), v)
-    elif isinstance(dynamic_shapes, (list, tuple)):
-        for s, v in zip(dynamic_shapes, params.values()):
-            walk(s, v)
-    return found
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _parse_dim(text: str) -> Any:
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr
-
-    local = {n: sympy.Symbol(n, integer=True) for n in _NAME.findall(text)}
-    try:
-        return parse_expr(text, local_dict=local)
-    except Exception:  # noqa: BLE001 - a name sympy cannot read is treated as a bare symbol
-        return sympy.Symbol(text, integer=True)
-
-
-@dataclasses.dataclass
-class _Plan:
-    new_shapes: dict[int, list[int]]  # tensor leaf position -> new shape
-    changed: list[str]
-    specialised: list[str]
-
-
-def _plan_second_shape(
-    model: ir.Model,
-    program: torch.export.ExportedProgram | None,
-    tensors: list[tuple[int, torch.Tensor]],
-    requested: dict[int, dict[int, str]],
-    delta: int,
-) -> _Plan | None:
-    """New sizes for every dimension the ONNX graph declares symbolic (dims sharing a name move
-    together, expressions follow their symbols) and every requested-dynamic dimension."""
-    import sympy
-
-    inputs = list(model.graph.inputs)
-    if program is not None:
-        from exporter._program import input_plan
-
-        # dynamic scalar inputs are graph inputs too; only tensors have dims to grow
-        fed = [entry for entry in input_plan(program) if not entry.baked]
-        if len(fed) == len(inputs):
-            inputs = [value for value, entry in zip(inputs, fed) if entry.tensor]
-    if len(inputs) != len(tensors):
-        return None
-    ranges = _symbol_ranges(program, [t for _, t in tensors], inputs)
-    exprs: dict[tuple[int, int], Any] = {}
-    examples: dict[Any, int] = {}
-    for (pos, tensor), value in zip(tensors, inputs):
-        shape = value.shape
-        if shape is None:
-            continue
-        for axis, dim in enumerate(shape):
-            if axis >= tensor.dim():
-                continue
-            text = getattr(dim, "value", dim)
-            if isinstance(text, str):
-                expr = _parse_dim(text)
-                exprs[(pos, axis)] = expr
-                if isinstance(expr, sympy.Symbol):
-                    examples.setdefault(expr, int(tensor.shape[axis]))
-    # Symbols seen only inside expressions: solve for their example value.
-    for (pos, axis), expr in exprs.items():
-        for sym in expr.free_symbols - set(examples):
-            size = dict(tensors)[pos].shape[axis]
-            solutions = [s for s in sympy.solve(sympy.Eq(expr, size), sym) if s.is_integer]
-            if solutions:
-                examples[sym] = int(solutions[0])
-    new_values = {}
-    for sym, old in examples.items():
-        low, high = ranges.get(str(sym), (0, None))
-        if low == high:
-            # A range narrowed to the example size by a deferred guard (see
-            # _dynamic_shapes.audit_dims): the graph keeps the dim symbolic, so test it.
-            low, high = 0, None
-        low = max(low, MIN_DYNAMIC_SIZE)
-        grown = max(old + delta, low)
-        if high is None or grown <= high:
-            new_values[sym] = grown
-        elif old - delta >= low:
-            new_values[sym] = old - delta
-    new_shapes: dict[int, list[int]] = {}
-    changed, specialised = [], []
-    names = {pos: (v.name or f"input {i}") for i, ((pos, _), v) in enumerate(zip(tensors, inputs))}
-    for (pos, axis), expr in exprs.items():
-        try:
-            size = int(expr.xreplace(new_values))
-        except TypeError:
-            continue  # a symbol we could not give a value: keep the example size
-        old = int(dict(tensors)[pos].shape[axis])
-        if size != old and size >= 0:
-            new_shapes.setdefault(pos, list(dict(tensors)[pos].shape))[axis] = size
-            changed.append(f"{names[pos]} dim {axis} ({expr}): {old} -> {size}")
-    for pos, axes in requested.items():
-        if pos not in names:
-            continue
-        tensor = dict(tensors)[pos]
-        for axis, label in axes.items():
-            if (pos, axis) in exprs or axis >= tensor.dim():
-                continue
-            old = int(tensor.shape[axis])
-            specialised.append(
-                f"{names[pos]} dim {axis} was requested dynamic ({label}) but the ONNX model "
-                f"fixes it to {old}"
-            )
-            new_shapes.setdefault(pos, list(tensor.shape))[axis] = max(
-                old + delta, MIN_DYNAMIC_SIZE
-            )
-            changed.append(
-                f"{names[pos]} dim {axis} ({label}, fixed in ONNX): {old} -> "
-                f"{new_shapes[pos][axis]}"
-            )
-    return _Plan(new_shapes, changed, specialised)
-
-
-def _symbol_ranges(
-    program: torch.export.ExportedProgram | None,
-    tensors: list[torch.Tensor],
-    inputs: list[ir.Value],
-) -> dict[str, tuple[int, int | None]]:
-    """ONNX dim name -> (min, max) from torch.export's range constraints."""
-    if program is None:
-        return {}
-    from exporter._dynamic_shapes import user_input_nodes
-
-    user = [n for n in user_input_nodes(program) if isinstance(n.meta.get("val"), torch.Tensor)]
-    if len(user) != len(inputs):
-        return {}
-    ranges = {}
-    constraints = {str(k): v for k, v in program.range_constraints.items()}
-    for node, value in zip(user, inputs):
-        fake = node.meta["val"]
-        for axis, dim in enumerate(value.shape or ()):
-            name = getattr(dim, "value", dim)
-            if not isinstance(name, str) or axis >= fake.dim():
-                continue
-            size = fake.shape[axis]
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                vr = constraints.get(str(size.node.expr))
-                if vr is not None:
-                    ranges[name] = (_finite_int(vr.lower) or 0, _finite_int(vr.upper))
-    return ranges
-
-
-def _finite_int(bound: Any) -> int | None:
-    """A range bound as an int; None for torch's int_oo / sympy infinities."""
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return value if abs(value) < 2**62 else None
-
-
-# ------------------------------------------------------------------------------ the stages
+# --------------------------------------------------------------------------- onnx.checker
 def run_checker(proto_or_model: Any) -> str:
     """'ok', or the message of ``onnx.checker.check_model(full_check=True)``."""
     import os
@@ -509,54 +250,79 @@ def run_checker(proto_or_model: Any) -> str:
     return "ok"
 
 
-def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
-    from exporter import _dtypes
+# ------------------------------------------------------------------------------ the stages
+@dataclasses.dataclass
+class _Verify:
+    """One ``verify_program`` call: what its stages share."""
 
-    session = program._session
-    outputs = _dtypes.run_session(session, program._feeds(session, args, kwargs))
-    return [_dtypes.to_numpy(o) for o in outputs]
+    program: Any
+    eager_model: Any
+    reference: Any
+    args: tuple
+    kwargs: dict[str, Any]
+    dynamic_shapes: Any
+    record: ExportRecord
+    result: VerificationResult
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the block's time to the record's and the result's timing of ``stage``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            timings, seconds = self.record.timings, self.result.seconds
+            timings[stage] = timings.get(stage, 0.0) + elapsed
+            seconds[stage] = seconds.get(stage, 0.0) + elapsed
+
+    def skip(self, stages: Sequence[Stage], reason: str) -> None:
+        for stage in stages:
+            self.record.status[stage] = "skipped"
+            self.result.skipped[stage] = reason
 
 
-def _compare_run(
+def _start(
     program: Any,
+    eager_model: Any,
     args: Sequence[Any],
     kwargs: dict[str, Any],
-    expected: list[np.ndarray],
-    *,
-    second_shape: bool,
+    dynamic_shapes: Any,
+    record: ExportRecord | None,
     rtol: float | None,
     atol: float | None,
-) -> RunComparison:
-    from exporter._program import flatten_inputs
-
-    input_names = [v.name or f"input_{i}" for i, v in enumerate(program.model.graph.inputs)]
-    shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
-    label = "second shape" if second_shape else "example inputs"
-    run = RunComparison(label, list(zip(input_names, shapes)), second_shape=second_shape)
-    try:
-        actual = _run_onnx(program, args, kwargs)
-    except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
-        run.error = f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"
-        run.runtime_failed = True
-        return run
-    names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
-    if len(actual) != len(expected):
-        run.error = (
-            f"output count differs: the reference returns {len(expected)} tensors, "
-            f"the ONNX model {len(actual)} ({names})"
+) -> _Verify:
+    """The reference to compare with and an empty result, attached to the program and record.
+    Without ``eager_model`` the reference is the exported program's module, on its example
+    inputs when none are given."""
+    record = record if record is not None else getattr(program, "record", None)
+    # Without a record (a program built by hand) the statuses and errors are thrown away.
+    record = record if record is not None else ExportRecord()
+    source_program = record.captured_program or program.exported_program
+    if eager_model is not None:
+        reference, reference_name = eager_model, "the eager module"
+    elif source_program is not None:
+        reference = source_program.module()
+        reference_name = (
+            "exported_program.module() (the model was an ExportedProgram, so "
+            "there is no eager module to compare with)"
         )
-    for i, (want, got) in enumerate(zip(expected, actual)):
-        run.outputs.append(
-            compare_output(
-                i, names[i] if i < len(names) else f"output_{i}", want, got, rtol=rtol, atol=atol
-            )
-        )
-    return run
-
-
-def _feeds(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
-    # baked scalars have no graph input: the program skips them the way __call__ does
-    return program.feeds(args, kwargs)
+        if not args and not kwargs and source_program.example_inputs is not None:
+            args, kwargs = source_program.example_inputs
+    else:
+        raise ValueError("verify needs the eager module or the ONNXProgram's exported_program")
+    result = VerificationResult(reference=reference_name, rtol=rtol, atol=atol)
+    program.verification = record.verification = result
+    return _Verify(
+        program,
+        eager_model,
+        reference,
+        tuple(args),
+        dict(kwargs or {}),
+        dynamic_shapes,
+        record,
+        result,
+    )
 
 
 def verify_program(
@@ -581,120 +347,25 @@ def verify_program(
     Warns with :class:`OnnxVerificationWarning` on any problem; ``strict=True`` raises
     :class:`OnnxVerificationError` (or :class:`OnnxCheckerError` when only the checker failed).
     """
-    kwargs = dict(kwargs or {})
-    record = record if record is not None else getattr(program, "record", None)
-    status: dict[str, str] = record.status if record is not None else {}
-    timings: dict[str, float] = record.timings if record is not None else {}
-    source_program = getattr(record, "captured_program", None) or program.exported_program
-    if eager_model is not None:
-        reference, reference_name = eager_model, "the eager module"
-    elif source_program is not None:
-        reference = source_program.module()
-        reference_name = (
-            "exported_program.module() (the model was an ExportedProgram, so "
-            "there is no eager module to compare with)"
-        )
-        if not args and not kwargs and source_program.example_inputs is not None:
-            args, kwargs = source_program.example_inputs
-            args, kwargs = tuple(args), dict(kwargs or {})
-    else:
-        raise ValueError("verify needs the eager module or the ONNXProgram's exported_program")
-    result = VerificationResult(reference=reference_name, rtol=rtol, atol=atol)
-    program.verification = result
-    if record is not None:
-        record.verification = result
-
-    def timed(stage: str, start: float) -> None:
-        elapsed = time.perf_counter() - start
-        timings[stage] = timings.get(stage, 0.0) + elapsed
-        result.seconds[stage] = result.seconds.get(stage, 0.0) + elapsed
-
-    start = time.perf_counter()
-    result.checker = run_checker(program.model)
-    status[Stage.CHECKER] = "ok" if result.checker_ok else "failed"
-    timed(Stage.CHECKER, start)
-    if not result.checker_ok and record is not None:
-        record.add_error(Stage.CHECKER, OnnxCheckerError(result.checker))
-
-    start = time.perf_counter()
-    try:
-        expected = _eager_outputs(reference, args, kwargs, program.exported_program)
-    except Exception as exc:  # noqa: BLE001 - without a reference there is nothing to compare
-        expected = None
-        reason = f"the reference raised on the example inputs: {type(exc).__name__}: {exc}"
-        for stage in (Stage.LOAD, Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE):
-            status[stage] = "skipped"
-            result.skipped[stage] = reason
-        if record is not None:
-            record.add_error(Stage.COMPARE, exc)
-    timed(Stage.COMPARE, start)
+    v = _start(program, eager_model, args, kwargs or {}, dynamic_shapes, record, rtol, atol)
+    result = v.result
+    _checker(v)
+    expected = _reference_outputs(v)
     if expected is None:
         message = f"verify could not run: {result.skipped[Stage.COMPARE]}"
         if strict:
             raise OnnxVerificationError(message)
         warnings.warn(message, OnnxVerificationWarning, stacklevel=3)
         return result
-    result.case = FailingCase(_feeds(program, args, kwargs), expected)
-
-    start = time.perf_counter()
-    try:
-        program.initialize_inference_session()
-        status[Stage.LOAD] = "ok"
-    except Exception as exc:  # noqa: BLE001 - recorded and reported, never lost
-        result.ort_load_error = f"{type(exc).__name__}: {str(exc).strip()}"
-        status[Stage.LOAD] = "failed"
-        if record is not None:
-            record.add_error(Stage.LOAD, exc)
-    timed(Stage.LOAD, start)
-
-    if result.ort_load_error is None:
-        start = time.perf_counter()
-        first = _compare_run(
-            program, args, kwargs, expected, second_shape=False, rtol=rtol, atol=atol
-        )
-        result.runs.append(first)
-        ran = not first.runtime_failed
-        status[Stage.RUN] = "ok" if ran else "failed"
-        status[Stage.COMPARE] = ("ok" if first.ok else "failed") if ran else "skipped"
-        if not ran:
-            result.skipped[Stage.COMPARE] = "onnxruntime failed on the example inputs"
-        timed(Stage.RUN, start)
-        if ran:
-            start = time.perf_counter()
-            try:
-                _second_shape(
-                    program,
-                    reference,
-                    args,
-                    kwargs,
-                    dynamic_shapes,
-                    eager_model,
-                    result,
-                    status,
-                    rtol=rtol,
-                    atol=atol,
-                )
-            except Exception as exc:  # noqa: BLE001 - a verify bug must not fail the export
-                status[Stage.SECOND_SHAPE] = "skipped"
-                result.skipped[Stage.SECOND_SHAPE] = (
-                    f"generating the second-shape inputs failed: {type(exc).__name__}: {exc}"
-                )
-            timed(Stage.SECOND_SHAPE, start)
-        else:
-            status[Stage.SECOND_SHAPE] = "skipped"
-            result.skipped[Stage.SECOND_SHAPE] = "onnxruntime failed on the example inputs"
-    else:
-        for stage in (Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE):
-            status[stage] = "skipped"
-            result.skipped[stage] = "onnxruntime could not load the model"
-
+    if _load(v):
+        first, actual = _run(v)
+        if actual is not None:
+            _compare(v, first, expected, actual)
+            _second_shape_stage(v)
     if not result.outputs_ok and bisect_on_mismatch and result.ort_load_error is None:
-        start = time.perf_counter()
-        _bisect_first_failure(program, result, args, kwargs, registry, rtol, atol)
-        timed("bisection", start)
-
-    if record is not None:
-        _record_problems(record, result)
+        with v.timed("bisection"):
+            _bisect_first_failure(v, registry)
+    _record_problems(v.record, result)
     if not result.ok:
         message = result.summary()
         if strict:
@@ -705,52 +376,116 @@ def verify_program(
     return result
 
 
-def _second_shape(
-    program: Any,
-    reference: Any,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    dynamic_shapes: Any,
-    eager_model: Any,
-    result: VerificationResult,
-    status: dict[str, str],
-    *,
-    rtol: float | None,
-    atol: float | None,
+def _checker(v: _Verify) -> None:
+    """The checker stage: ``onnx.checker`` with ``full_check=True``."""
+    with v.timed(Stage.CHECKER):
+        v.result.checker = run_checker(v.program.model)
+        v.record.status[Stage.CHECKER] = "ok" if v.result.checker_ok else "failed"
+    if not v.result.checker_ok:
+        v.record.add_error(Stage.CHECKER, OnnxCheckerError(v.result.checker))
+
+
+def _reference_outputs(v: _Verify) -> list[np.ndarray] | None:
+    """The reference's outputs on the example inputs (timed as part of ``compare``); None, with
+    every later stage skipped, when the reference raises."""
+    with v.timed(Stage.COMPARE):
+        try:
+            expected = _eager_outputs(v.reference, v.args, v.kwargs, v.program.exported_program)
+        except Exception as exc:  # noqa: BLE001 - without a reference there is nothing to compare
+            reason = f"the reference raised on the example inputs: {type(exc).__name__}: {exc}"
+            v.skip((Stage.LOAD, Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE), reason)
+            v.record.add_error(Stage.COMPARE, exc)
+            return None
+    v.result.case = FailingCase(_feeds(v.program, v.args, v.kwargs), expected)
+    return expected
+
+
+def _load(v: _Verify) -> bool:
+    """The load stage: an onnxruntime session. False, with the later stages skipped, when
+    onnxruntime cannot load the model."""
+    with v.timed(Stage.LOAD):
+        try:
+            v.program.initialize_inference_session()
+            v.record.status[Stage.LOAD] = "ok"
+        except Exception as exc:  # noqa: BLE001 - recorded and reported, never lost
+            v.result.ort_load_error = f"{type(exc).__name__}: {str(exc).strip()}"
+            v.record.status[Stage.LOAD] = "failed"
+            v.record.add_error(Stage.LOAD, exc)
+    if v.result.ort_load_error is None:
+        return True
+    v.skip((Stage.RUN, Stage.COMPARE, Stage.SECOND_SHAPE), "onnxruntime could not load the model")
+    return False
+
+
+def _run(v: _Verify) -> tuple[Comparison, list[np.ndarray] | None]:
+    """The run stage: the model on the example inputs. Its outputs, or None, with compare and
+    the second shape skipped, when onnxruntime raised."""
+    with v.timed(Stage.RUN):
+        first, actual = _run_model(v, v.args, v.kwargs, second_shape=False)
+        v.result.runs.append(first)
+        v.record.status[Stage.RUN] = "ok" if actual is not None else "failed"
+    if actual is None:
+        reason = "onnxruntime failed on the example inputs"
+        v.skip((Stage.COMPARE, Stage.SECOND_SHAPE), reason)
+    return first, actual
+
+
+def _compare(
+    v: _Verify, first: Comparison, expected: list[np.ndarray], actual: list[np.ndarray]
 ) -> None:
-    leaves, spec, positions = _tensor_leaf_positions(args, kwargs)
+    """The compare stage: each output on the example inputs against the reference's."""
+    with v.timed(Stage.COMPARE):
+        _compare_outputs(v, first, expected, actual)
+        v.record.status[Stage.COMPARE] = "ok" if first.ok else "failed"
+
+
+def _second_shape_stage(v: _Verify) -> None:
+    """The second-shape stage: the same comparison where every dynamic dimension has another
+    size. A bug in generating those inputs skips the stage, never fails the export."""
+    with v.timed(Stage.SECOND_SHAPE):
+        try:
+            _second_shape(v)
+        except Exception as exc:  # noqa: BLE001 - a verify bug must not fail the export
+            v.skip(
+                (Stage.SECOND_SHAPE,),
+                f"generating the second-shape inputs failed: {type(exc).__name__}: {exc}",
+            )
+
+
+def _second_shape(v: _Verify) -> None:
+    """Plan the second shape (``delta`` 1, then 2 when the reference rejects the sizes), grow
+    the inputs, run the reference and the model on them and compare."""
+    program, result, status = v.program, v.result, v.record.status
+    leaves, spec, positions = tensor_leaf_positions(v.args, v.kwargs)
     tensors = [(p, leaves[p]) for p in positions]
-    requested = requested_dynamic_axes(eager_model, args, kwargs, dynamic_shapes)
+    requested = requested_dynamic_axes(v.eager_model, v.args, v.kwargs, v.dynamic_shapes)
     eager_errors = []
     generator = torch.Generator().manual_seed(0)
     for delta in SECOND_SHAPE_DELTAS:
-        plan = _plan_second_shape(
-            program.model, program.exported_program, tensors, requested, delta
-        )
+        plan = plan_second_shape(program.model, program.exported_program, tensors, requested, delta)
         if plan is None:
-            status[Stage.SECOND_SHAPE] = "skipped"
-            result.skipped[Stage.SECOND_SHAPE] = (
-                "the ONNX graph's inputs do not line up with the tensor inputs"
+            v.skip(
+                (Stage.SECOND_SHAPE,),
+                "the ONNX graph's inputs do not line up with the tensor inputs",
             )
             return
         result.specialised = plan.specialised
         if not plan.new_shapes:
-            status[Stage.SECOND_SHAPE] = "skipped"
-            result.skipped[Stage.SECOND_SHAPE] = "the model has no dynamic dimensions"
+            v.skip((Stage.SECOND_SHAPE,), "the model has no dynamic dimensions")
             return
         new_leaves = list(leaves)
         for pos, shape in plan.new_shapes.items():
             new_leaves[pos] = grow_tensor(leaves[pos], shape, generator)
         new_args, new_kwargs = pytree.tree_unflatten(new_leaves, spec)
         try:
-            expected = _eager_outputs(reference, new_args, new_kwargs, program.exported_program)
+            expected = _eager_outputs(v.reference, new_args, new_kwargs, program.exported_program)
         except Exception as exc:  # noqa: BLE001 - the reference rejects this size; try another
             eager_errors.append(f"+{delta}: {type(exc).__name__}: {str(exc).strip()[:300]}")
             continue
         result.changed_dims = plan.changed
-        run = _compare_run(
-            program, new_args, new_kwargs, expected, second_shape=True, rtol=rtol, atol=atol
-        )
+        run, actual = _run_model(v, new_args, new_kwargs, second_shape=True)
+        if actual is not None:
+            _compare_outputs(v, run, expected, actual)
         result.runs.append(run)
         result.case.feeds2 = _feeds(program, new_args, new_kwargs)
         result.case.expected2 = expected
@@ -765,30 +500,87 @@ def _second_shape(
             reason + ": the model itself does not support other sizes of the requested axes"
         )
     else:
-        status[Stage.SECOND_SHAPE] = "skipped"
-        result.skipped[Stage.SECOND_SHAPE] = reason
+        v.skip((Stage.SECOND_SHAPE,), reason)
 
 
-def _bisect_first_failure(
-    program: Any,
-    result: VerificationResult,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    registry: Any,
-    rtol: float | None,
-    atol: float | None,
+# ------------------------------------------------------------------ running and comparing
+def _run_onnx(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+    from exporter import _dtypes
+
+    session = program._session
+    outputs = _dtypes.run_session(session, program._feeds(session, args, kwargs))
+    return [_dtypes.to_numpy(o) for o in outputs]
+
+
+def _run_model(
+    v: _Verify, args: Sequence[Any], kwargs: dict[str, Any], *, second_shape: bool
+) -> tuple[Comparison, list[np.ndarray] | None]:
+    """Run the ONNX model on one set of inputs: the run's (empty) comparison and the outputs,
+    None when onnxruntime raised. The comparison's stage is the one a failure belongs to:
+    ``second-shape`` on the second shape, else ``run`` when onnxruntime raised and ``compare``
+    otherwise."""
+    from exporter._program import flatten_inputs
+
+    graph = v.program.model.graph
+    input_names = [value.name or f"input_{i}" for i, value in enumerate(graph.inputs)]
+    shapes = [tuple(t.shape) for t in flatten_inputs(args, kwargs) if isinstance(t, torch.Tensor)]
+    run = Comparison(
+        True,
+        label=SECOND_SHAPE_INPUTS if second_shape else EXAMPLE_INPUTS,
+        input_shapes=list(zip(input_names, shapes)),
+        stage=Stage.SECOND_SHAPE if second_shape else Stage.COMPARE,
+    )
+    try:
+        return run, _run_onnx(v.program, args, kwargs)
+    except Exception as exc:  # noqa: BLE001 - an onnxruntime failure is the finding
+        run.stage = Stage.SECOND_SHAPE if second_shape else Stage.RUN
+        run.fail_with([f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}"])
+        return run, None
+
+
+def _compare_outputs(
+    v: _Verify, run: Comparison, expected: list[np.ndarray], actual: list[np.ndarray]
 ) -> None:
+    """Each output of ``run`` against the reference's (``compare_output``)."""
+    names = [o.name or f"output_{i}" for i, o in enumerate(v.program.model.graph.outputs)]
+    if len(actual) != len(expected):
+        run.fail_with(
+            [
+                f"output count differs: the reference returns {len(expected)} tensors, "
+                f"the ONNX model {len(actual)} ({names})"
+            ]
+        )
+        return
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        name = names[i] if i < len(names) else f"output_{i}"
+        one = compare_output(i, name, want, got, rtol=v.result.rtol, atol=v.result.atol)
+        run.outputs.append(one)
+        run.add_detail(one.ok, f"output {i} ({name}): {one.message}")
+        run.max_abs = max_or_none(run.max_abs, one.max_abs)
+        run.max_rel = max_or_none(run.max_rel, one.max_rel)
+    run.fail_with([line for line, ok in zip(run.details, run.detail_ok) if not ok])
+
+
+def _feeds(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+    # baked scalars have no graph input: the program skips them the way __call__ does
+    return program.feeds(args, kwargs)
+
+
+# ------------------------------------------------------------------------ after the stages
+def _bisect_first_failure(v: _Verify, registry: Any) -> None:
+    """Name the first divergent FX node of the first failing run (on its inputs)."""
     from exporter.diagnostics import bisect
 
+    program, result, args, kwargs = v.program, v.result, v.args, v.kwargs
     failing = next((r for r in result.runs if not r.ok), None)
     if failing is None or program.exported_program is None:
         return
-    if failing.second_shape:
+    if failing.stage == Stage.SECOND_SHAPE:
         args, kwargs = result.second_inputs
         expected = result.case.expected2
     else:
         expected = result.case.expected
-    r, a = resolve_tolerance("export", "float32", rtol, atol)
+    r, a = resolve_tolerance("export", "float32", result.rtol, result.atol)
     try:
         result.bisection = bisect.bisect(
             program, args, kwargs, rtol=r, atol=a, registry=registry, reference_outputs=expected
@@ -807,8 +599,8 @@ def _record_problems(record: ExportRecord, result: VerificationResult) -> None:
         f"dynamic axis specialised: {s}" for s in result.specialised
     )
     for run in result.runs:
-        if run.failed_stage is not None:
-            found.setdefault(run.failed_stage, []).extend(run.problems())
+        if not run.ok:
+            found.setdefault(run.stage, []).extend(run.problems)
     for stage, problems in found.items():
         if problems:
             error = OnnxVerificationError("\n".join(problems))

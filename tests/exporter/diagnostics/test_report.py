@@ -189,6 +189,36 @@ def test_mismatch_report_links_a_repro_directory(tmp_path):
     assert "First divergent FX node: **`sigmoid`**" in section(path, "Bisection")
 
 
+def test_onnxruntime_failing_on_the_example_inputs_is_the_run_stage(tmp_path):
+    def impossible_reshape(ctx, x):
+        # The batch is symbolic, so nothing rejects the shape before onnxruntime runs it.
+        return ctx.op.Reshape(ctx.op.Sigmoid(x), ctx.const([5, -1], torch.int64))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = exporter.export(
+            LinearSigmoid(out_features=8).eval(),
+            (torch.randn(2, 4),),
+            report=True,
+            verify=True,
+            dynamic_shapes=({0: "batch"},),
+            artifacts_dir=tmp_path,
+            custom_translation_table={torch.ops.aten.sigmoid.default: impossible_reshape},
+        )
+    status = program.record.status
+    assert (status["load"], status["run"]) == ("ok", "failed")
+    assert status["compare"] == status["second-shape"] == "skipped"
+    (run,) = program.verification.runs
+    assert not run.ok and run.stage == "run" and run.outputs == []
+    assert run.message.startswith("onnxruntime failed: ")
+    assert any("example inputs (x[2, 4]): onnxruntime failed" in str(w.message) for w in caught)
+    path = program.report_path
+    assert NAME.fullmatch(path.name).group(1) == "run"
+    accuracy = section(path, "Accuracy")
+    assert "### example inputs: x[2, 4]" in accuracy and run.message in accuracy
+    assert "second shape (dynamic dims changed) skipped: onnxruntime failed" in accuracy
+
+
 def test_a_section_that_raises_shows_its_own_error_and_the_rest_survive(tmp_path, monkeypatch):
     def broken(record, program):
         raise RuntimeError("graph summary exploded")

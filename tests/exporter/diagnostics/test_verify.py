@@ -10,7 +10,7 @@ import torch
 
 import exporter
 from exporter.diagnostics import verify
-from exporter.diagnostics.compare import ERROR_BIN_LABELS
+from exporter.diagnostics.compare import ERROR_BIN_LABELS, Comparison
 from exporter.diagnostics.verify import OnnxVerificationWarning
 from tests.exporter.diagnostics.models import LinearSigmoid
 
@@ -47,6 +47,10 @@ def test_matching_model_passes_every_stage_at_both_sizes():
         VERIFY_STAGES, "ok"
     )
     assert [r.label for r in result.runs] == ["example inputs", "second shape"]
+    # One result model: each run is compare's Comparison, each output names itself.
+    assert all(isinstance(r, Comparison) for r in result.runs)
+    graph_output = program.model.graph.outputs[0].name
+    assert [(o.index, o.name) for o in result.runs[0].outputs] == [(0, graph_output)]
     assert result.runs[1].input_shapes == [("x", (3, 4))]
     assert result.changed_dims == ["x dim 0 (batch): 2 -> 3"]
     out = result.runs[1].outputs[0]
