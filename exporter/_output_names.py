@@ -24,6 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from exporter import _caches
+from exporter._errors import InvalidExportArgumentsError
 
 #: ``output_names=FX`` keeps the FX names torch.onnx gives every output.
 FX = "fx"
@@ -34,8 +35,16 @@ PREFIX = "output"
 
 def requested(output_names: Any) -> Any:
     """``output_names`` as the rest of the exporter takes it: ``"fx"`` is the empty list, which
-    names no output, so every output keeps its FX name; anything else as given."""
-    return [] if output_names == FX else output_names
+    names no output, so every output keeps its FX name; anything else as given. Another
+    string is refused by name (a single name is a list of one)."""
+    if isinstance(output_names, str):
+        if output_names == FX:
+            return []
+        raise InvalidExportArgumentsError(
+            f"output_names={output_names!r}: give a list of names (output_names=[{output_names!r}] "
+            f"for one output), or {FX!r} to keep torch.onnx's FX names"
+        )
+    return output_names
 
 
 def leaf_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:

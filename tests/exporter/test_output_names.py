@@ -146,6 +146,11 @@ def test_output_names_fx_keeps_torch_onnx_names():
         ]
 
 
+def test_output_names_as_another_string_is_refused_by_name():
+    with pytest.raises(exporter.InvalidExportArgumentsError, match=r"output_names=\['low'\]"):
+        exporter.export(Named().eval(), (X,), output_names="low")
+
+
 def test_output_names_given_win_and_a_partial_list_leaves_the_rest_fx_names():
     program = exporter.export(Named().eval(), (X,), output_names=["lo", "hi"])
     assert _names(program)[1] == ["lo", "hi"]
