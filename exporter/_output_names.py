@@ -113,9 +113,9 @@ def _unclashed(names: Sequence[str | None], taken: set[str]) -> list[str | None]
 
 def name_outputs(model: Any, program: torch.export.ExportedProgram) -> None:
     """Rename ``model``'s graph outputs after their structure (see the module's docstring);
-        outputs that cannot all be named keep their FX names. A returned weight becomes an output
-    through an Identity, so the weight keeps its name. Bisection's FX-node-to-value map
-        follows the new names."""
+    outputs that cannot all be named keep their FX names. A returned weight becomes an output
+    through an Identity, so the weight keeps its name. Bisection's FX-node-to-value map follows
+    the new names."""
     from exporter import _passes, _validate
     from exporter._translate import FX_VALUES_KEY
 
