@@ -22,6 +22,7 @@ from exporter import (
     _dtypes,
     _dynamic_shapes,
     _opset_convert,
+    _output_names,
     _passes,
     _translate,
     _validate,
@@ -71,6 +72,9 @@ def export(
     ``placement_provider="cuda"`` (with ``report=True``) adds a "CUDA placement" section to the
     report: which nodes onnxruntime's CUDA provider would leave to CPU and the Memcpy nodes it
     would add, predicted on any machine (``conformance/placement.py``).
+    Without ``output_names``, outputs are named after what forward() returned (``logits``,
+    ``last_hidden_state``, ``present.0.key``, ``output.0``; see ``exporter._output_names``);
+    ``output_names="fx"`` keeps torch.onnx's FX names (``layer_norm_2``, ``add``).
     """
     record = ExportRecord(model_class=type(model).__name__, verify_requested=bool(verify))
     eager_model = model if isinstance(model, torch.nn.Module) else None
@@ -100,6 +104,7 @@ def export(
         _validate.check_destination(f)
         _validate.check_bytesio_size(f, _validate.weight_bytes(model), "the weights alone take")
         _validate.check_names(input_names, "input_names")
+        output_names = _output_names.requested(output_names)
         _validate.check_names(output_names, "output_names")
         _validate.check_names_disjoint(input_names, output_names)
         registry = _validate.registry_with(custom_translation_table)
@@ -271,13 +276,11 @@ def _export(
     else:
         record.status["optimize"] = "skipped"
     plan = input_plan(decomposed)
-    if isinstance(model, torch.nn.Module):
-        cache_inputs, cache_outputs = _caches.graph_io_names(
-            model, decomposed, args, kwargs, model_ir.graph, plan
-        )
-        input_names = cache_inputs if input_names is None else input_names
-        output_names = cache_outputs if output_names is None else output_names
+    if isinstance(model, torch.nn.Module) and input_names is None:
+        input_names = _caches.graph_input_names(model, args, kwargs, model_ir.graph, plan)
     _validate.apply_io_names(model_ir, input_names, output_names, plan)
+    if output_names is None:
+        _output_names.name_outputs(model_ir, decomposed)
     if not metadata:
         _passes.strip_metadata(model_ir)
     # Last, after optimizing and naming: an opset older than the op library is reached by

@@ -418,10 +418,10 @@ def _unflatten_encoder_decoder(values: Any, _context: Any) -> Any:
 
 def is_cache(value: Any) -> bool:
     """A transformers cache object (by its class's module: transformers is never imported)."""
-    return _is_cache_class(type(value))
+    return is_cache_class(type(value))
 
 
-def _is_cache_class(cls: Any) -> bool:
+def is_cache_class(cls: Any) -> bool:
     return isinstance(cls, type) and any(
         klass.__module__ == _CACHE_MODULE and klass.__name__ == "Cache" for klass in cls.__mro__
     )
@@ -463,7 +463,7 @@ def _is_named_node(cls: Any) -> bool:
     (not a tuple, list, dict, namedtuple or transformers ModelOutput)."""
     if cls is None or not isinstance(cls, type):
         return False
-    if _is_cache_class(cls):
+    if is_cache_class(cls):
         return True
     if issubclass(cls, _PLAIN_CONTAINERS):
         return False
@@ -574,12 +574,12 @@ def leaf_name(prefix: str, path: tuple[Step, ...]) -> str | None:
     named = [i for i, step in enumerate(path) if _is_named_node(step.node)]
     if not named:
         return None
-    if _is_cache_class(path[named[0]].node):
+    if is_cache_class(path[named[0]].node):
         keys = keys[named[0] :]  # a cache's tensors under its name, whatever holds the cache
-    return ".".join([prefix, *map(_key_text, keys)])
+    return ".".join([prefix, *map(key_text, keys)])
 
 
-def _key_text(key: Any) -> str:
+def key_text(key: Any) -> str:
     if isinstance(key, pytree.SequenceKey):
         return str(key.idx)
     if isinstance(key, pytree.MappingKey):
@@ -609,30 +609,7 @@ def input_names(
     return names
 
 
-def output_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:
-    """Per output leaf of ``out_spec``: ``present.0.key`` for a cache tensor, the dotted key
-    path for a leaf in a user type (``output.<index>.`` first when the outputs are a tuple),
-    the field name for a tensor straight in a dict-like output that also holds a cache
-    (``logits``), else None."""
-    if out_spec is None:
-        return []
-    paths = leaf_paths(out_spec)
-    holds_cache = any(_is_cache_class(step.node) for path in paths for step in path)
-    names: list[str | None] = []
-    for path in paths:
-        name = leaf_name("present", path)
-        if name is not None:
-            if not _is_cache_class(_first_named(path)):
-                name = name.removeprefix("present.")
-                if isinstance(path[0].key, pytree.SequenceKey):
-                    name = f"output.{name}"
-        elif holds_cache and len(path) == 1 and not isinstance(path[0].key, pytree.SequenceKey):
-            name = _key_text(path[0].key)
-        names.append(name)
-    return names
-
-
-def _first_named(path: tuple[Step, ...]) -> Any:
+def first_named(path: tuple[Step, ...]) -> Any:
     return next((step.node for step in path if _is_named_node(step.node)), None)
 
 
@@ -690,56 +667,27 @@ def cache_children(cache: Any) -> list[Any]:
     return pytree.SUPPORTED_NODES[type(cache)].flatten_fn(cache)[0]
 
 
-def graph_io_names(
+def graph_input_names(
     model: torch.nn.Module,
-    program: torch.export.ExportedProgram,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     graph: Any,
     plan: list[Any],
-) -> tuple[list[str] | None, list[str] | None]:
-    """Names for the graph's inputs and outputs where caches give them, the others unchanged;
-    None for a side with no cache tensor."""
+) -> list[str] | None:
+    """Names for the graph's inputs where caches and user types give them, the others
+    unchanged; None when no input lies in one. (Outputs: ``exporter._output_names``.)"""
     import inspect
-
-    from torch.export import graph_signature as gs
 
     try:
         parameters = list(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):  # a forward without a signature Python can read
         parameters = []
-    named_inputs = None
     leaf_names = input_names(args, kwargs, parameters)
     if any(leaf_names) and len(leaf_names) == len(plan):
         chosen = [name for name, entry in zip(leaf_names, plan) if not entry.baked]
         if len(chosen) == len(graph.inputs):
-            named_inputs = [
-                name or value.name for name, value in zip(chosen, graph.inputs, strict=True)
-            ]
-    named_outputs = None
-    user_outputs = [
-        spec
-        for spec in program.graph_signature.output_specs
-        if spec.kind == gs.OutputKind.USER_OUTPUT
-    ]
-    leaf_names = output_names(program.call_spec.out_spec)
-    if any(leaf_names) and len(leaf_names) == len(user_outputs):
-        chosen = [
-            name
-            for name, spec in zip(leaf_names, user_outputs)
-            if not isinstance(spec.arg, gs.ConstantArgument)
-        ]
-        if len(chosen) == len(graph.outputs):
-            named_outputs = [
-                name or value.name for name, value in zip(chosen, graph.outputs, strict=True)
-            ]
-    inputs = named_inputs or [value.name for value in graph.inputs]
-    if named_outputs and (
-        set(inputs) & set(named_outputs) or len(set(named_outputs)) < len(named_outputs)
-    ):
-        # a field named like an input (diffusers' `sample`), or two alike: outputs as they were
-        return named_inputs, None
-    return named_inputs, named_outputs
+            return [name or value.name for name, value in zip(chosen, graph.inputs, strict=True)]
+    return None
 
 
 def check_keyed_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -30,15 +30,22 @@ def _alias_passthrough_outputs(graph: ir.Graph) -> None:
     ``<input>_out``: the input keeps its name (onnx_ir's OutputFixPass would rename the input
     to ``<input>_orig`` and give its name to the output, so the names a caller feeds change)."""
     for index, output in enumerate(graph.outputs):
-        if not output.is_graph_input():
-            continue
-        node = ir.node("Identity", inputs=[output])
-        alias = node.outputs[0]
-        alias.name = f"{output.name}_out"  # NameFixPass makes it unique if it is not
-        alias.shape, alias.type = output.shape, output.type
-        alias.metadata_props.update(output.metadata_props)
-        graph.append(node)
-        graph.outputs[index] = alias
+        if output.is_graph_input():
+            alias_output(graph, index)
+
+
+def alias_output(graph: ir.Graph, index: int) -> ir.Value:
+    """Make ``graph.outputs[index]`` an Identity of what it was, named ``<name>_out``, so that
+    renaming the output leaves an input's or a weight's name as it is."""
+    output = graph.outputs[index]
+    node = ir.node("Identity", inputs=[output])
+    alias = node.outputs[0]
+    alias.name = f"{output.name}_out"  # NameFixPass makes it unique if it is not
+    alias.shape, alias.type = output.shape, output.type
+    alias.metadata_props.update(output.metadata_props)
+    graph.append(node)
+    graph.outputs[index] = alias
+    return alias
 
 
 def forget_static_dims(model: ir.Model) -> None:

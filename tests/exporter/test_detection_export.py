@@ -153,6 +153,8 @@ def test_fasterrcnn_mobilenet_exports_and_matches_eager():
         "capture_patches=['torchvision-detection'] automatically" in n for n in program.record.notes
     )
     assert program.record.capture_patches == ["torchvision-detection"]
+    outputs = [v.name for v in program.model.graph.outputs]
+    assert outputs == ["output.0.boxes", "output.0.labels", "output.0.scores"]  # image 0's dict
     # The number of detections is data-dependent: it must stay symbolic in the model.
     assert not isinstance(detection_count_dim(program), int)
     with torch.no_grad():
