@@ -13,8 +13,8 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops import _subgraph
 
 i64, f64 = torch.int64, torch.float64
@@ -106,8 +106,8 @@ def gauss_jordan(
     """
     if rank is None:
         rank = ctx.rank(a)
-        n_static = nx.static_dim(ctx, a, rank - 1)
-    work = nx.float_work(ctx.dtype(a))
+        n_static = S.static_dim(ctx, a, rank - 1)
+    work = R.float_work(ctx.dtype(a))
     a = ctx.cast(a, work)
     rhs = None if rhs is None else ctx.cast(rhs, work)
     elim = _Elimination(rank, work, track)
@@ -117,9 +117,9 @@ def gauss_jordan(
         n = ctx.const(n_static, i64)
     row_ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     batch_shape = ctx.op.Shape(a, start=0, end=rank - 2)
-    det = L.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
-    sign = L.constant_of_shape(ctx, batch_shape, 1.0, work) if track == "logdet" else None
-    info = L.constant_of_shape(ctx, batch_shape, 0, torch.int32) if with_info else None
+    det = S.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
+    sign = S.constant_of_shape(ctx, batch_shape, 1.0, work) if track == "logdet" else None
+    info = S.constant_of_shape(ctx, batch_shape, 0, torch.int32) if with_info else None
     states = (a, rhs, det, sign, info)
     dtypes = (work, work, work, work, torch.int32)
     return over_columns(
@@ -167,7 +167,7 @@ def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
     vector = vectors and (
         b_rank == 1 or (b_rank == a_rank - 1 and tuple(b_shape) == tuple(a_shape[:-1]))
     )
-    work = nx.float_work(ctx.out_dtype)
+    work = R.float_work(ctx.out_dtype)
     a = ctx.cast(A if matrix is None else matrix, work)
     b = ctx.cast(B, work)
     if vector:
@@ -185,7 +185,7 @@ def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
     rank = max(a_rank, b_rank)
     info = None
     n_static = a_shape[-1] if isinstance(a_shape[-1], int) else None
-    if nx.static_count(ctx, B, None) == 0 and not with_info:
+    if R.static_count(ctx, B, None) == 0 and not with_info:
         x = b_full  # nothing to solve for; onnxruntime's GatherElements rejects empty rows
     else:
         _, x, _, _, info = gauss_jordan(ctx, a_full, b_full, "none", with_info, rank, n_static)
@@ -233,7 +233,7 @@ def householder(ctx, A):
     """
     rank = ctx.rank(A)
     ra, ca = rank - 2, rank - 1
-    work = nx.float_work(ctx.dtype(A))
+    work = R.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     m, n, k, k_static = matrix_sizes(ctx, A, rank)
     rows = ctx.op.Unsqueeze(index_range(ctx, m), ctx.const([1], i64))  # [m, 1]
@@ -242,8 +242,8 @@ def householder(ctx, A):
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     k1 = ctx.op.Reshape(k, ctx.const([1], i64))
     m1 = ctx.op.Reshape(m, ctx.const([1], i64))
-    reflectors = L.constant_of_shape(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
-    taus = L.constant_of_shape(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
+    reflectors = S.constant_of_shape(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
+    taus = S.constant_of_shape(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
     zero, one = ctx.const(0.0, work), ctx.const(1.0, work)
 
     def step(c, j, states):
@@ -254,7 +254,7 @@ def householder(ctx, A):
         below = c.op.Greater(rows, j_scalar)
         tail = c.op.Where(below, column, zero)
         alpha = c.op.Gather(column, j_row, axis=ra)  # [..., 1, 1]
-        tail_sq = nx.reduce(c, "ReduceSumSquare", tail, [ra], True)
+        tail_sq = R.reduce(c, "ReduceSumSquare", tail, [ra], True)
         norm = c.op.Sqrt(c.op.Add(c.op.Mul(alpha, alpha), tail_sq))
         negative = c.op.Less(alpha, zero)
         beta = c.op.Where(negative, norm, c.op.Neg(norm))
@@ -300,7 +300,7 @@ def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
 def eye_like_rows(ctx, x, rank, work):
     """Identity [..., m, m] for the rows of x [..., m, n]."""
     m1 = ctx.op.Shape(x, start=rank - 2, end=rank - 1)
-    square = L.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
+    square = S.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Concat(ctx.op.Shape(x, start=0, end=rank - 2), m1, m1, axis=0))

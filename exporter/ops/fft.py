@@ -17,8 +17,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
-from exporter.ops import _numerics as nx
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -74,7 +73,7 @@ def _dims(dim: Any, rank: int, default: list[int] | None = None) -> list[int]:
 
 def _size(ctx, x: ir.Value, ax: int) -> int | ir.Value:
     """Length of logical axis ``ax``: an int when static, else a 1-D int64 value."""
-    size = nx.static_dim(ctx, x, ax)
+    size = S.static_dim(ctx, x, ax)
     if size is not None:
         return size
     return ctx.op.Shape(x, start=ax, end=ax + 1)
@@ -553,7 +552,7 @@ def stft_center(
         pads[rank - 1] = pad
         pads[2 * rank - 1] = pad
         x = ctx.op.Pad(self, ctx.const(pads, i64), mode=mode)
-        nx.annotate(ctx, x, _padded_meta(ctx, self, pad))
+        S.annotate(ctx, x, _padded_meta(ctx, self, pad))
     return _stft(
         ctx,
         x,
@@ -634,7 +633,7 @@ def istft(
     )
     values = ctx.op.Reshape(frames, ctx.op.Concat(batch, ctx.const([-1], i64), axis=0))
     signal = ctx.op.ScatterElements(
-        L.constant_of_shape(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
+        S.constant_of_shape(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
         index,
         values,
         axis=1,
@@ -647,7 +646,7 @@ def istft(
         ctx.const([-1], i64),
     )
     envelope = ctx.op.ScatterElements(
-        L.constant_of_shape(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
+        S.constant_of_shape(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
     )
     start = n_fft // 2 if center else 0
     if length is not None:
