@@ -8,7 +8,7 @@ loop over columns that unrolls for small static matrices and becomes an ONNX Loo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 import torch
@@ -16,6 +16,9 @@ import torch
 from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
 from exporter.ops import _subgraph
+
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
 i64, f64 = torch.int64, torch.float64
 
@@ -98,7 +101,13 @@ def is_value(x: Any) -> bool:
 
 
 def gauss_jordan(
-    ctx, a, rhs, track: str, with_info: bool, rank: int | None = None, n_static: int | None = None
+    ctx: TranslationContext,
+    a,
+    rhs,
+    track: str,
+    with_info: bool,
+    rank: int | None = None,
+    n_static: int | None = None,
 ):
     """Runs the elimination over every column; returns (a, rhs, det_or_logabs, sign, info).
 
@@ -133,7 +142,7 @@ def gauss_jordan(
     )
 
 
-def over_columns(ctx, n_static, n, states, dtypes, step, name):
+def over_columns(ctx: TranslationContext, n_static, n, states, dtypes, step, name):
     """Runs ``step(ctx, k, states) -> states`` for k = 0..n-1: unrolled when n is small and
     static, else as an ONNX Loop. None states stay None and are not carried."""
     states = tuple(states)
@@ -155,7 +164,7 @@ def over_columns(ctx, n_static, n, states, dtypes, step, name):
     return unpack(_subgraph.loop(ctx, n, carried, body, carried_dtypes, name))
 
 
-def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
+def solve(ctx: TranslationContext, A, B, left, with_info, *, vectors=True, matrix=None):
     """X with A X = B (left) or X A = B, batch dims broadcast.
 
     ``vectors``: apply torch.linalg.solve's rule that a B shaped like A minus its last dim is
@@ -201,11 +210,11 @@ def swap_last(rank):
 
 
 # -------------------------------------------------------------------------------------- sizes
-def index_range(ctx, n):
+def index_range(ctx: TranslationContext, n):
     return ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
 
 
-def matrix_sizes(ctx, a, rank):
+def matrix_sizes(ctx: TranslationContext, a, rank):
     """(m, n, k) of [..., m, n] as 0-d int64 values, plus k = min(m, n) when static."""
     shape = ctx.shape(a)
     m_s, n_s = shape[-2], shape[-1]
@@ -225,7 +234,7 @@ def matrix_sizes(ctx, a, rank):
 
 
 # ----------------------------------------------------------------------------- Householder QR
-def householder(ctx, A):
+def householder(ctx: TranslationContext, A):
     """geqrf's Householder QR: (R [..., m, n], reflectors V [..., m, k] with unit heads, tau).
 
     LAPACK's dlarfg picks beta = -sign(alpha) * |x|, so R's diagonal has the opposite sign of
@@ -282,7 +291,7 @@ def householder(ctx, A):
     )
 
 
-def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
+def apply_reflectors(ctx: TranslationContext, start, reflectors, taus, rank, k, k_static):
     """start @ H_0 H_1 ... H_{k-1}, with H_j = I - tau_j v_j v_j^T (Q when start is I)."""
     ra, ca = rank - 2, rank - 1
 
@@ -297,7 +306,7 @@ def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
     return over_columns(ctx, k_static, k, (start,), (ctx.dtype(start),), step, "reflectors")[0]
 
 
-def eye_like_rows(ctx, x, rank, work):
+def eye_like_rows(ctx: TranslationContext, x, rank, work):
     """Identity [..., m, m] for the rows of x [..., m, n]."""
     m1 = ctx.op.Shape(x, start=rank - 2, end=rank - 1)
     square = S.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
@@ -307,7 +316,7 @@ def eye_like_rows(ctx, x, rank, work):
 
 
 # ----------------------------------------------------------------------------- rank tolerance
-def tolerance(ctx, A, atol, rtol, largest):
+def tolerance(ctx: TranslationContext, A, atol, rtol, largest):
     """max(atol, rtol * largest) with torch's defaults (rtol = eps * max(m, n) without atol)."""
     shape = ctx.shape(A)
     if rtol is None:
