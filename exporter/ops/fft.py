@@ -68,7 +68,7 @@ def _dims(dim: Any, rank: int, default: list[int] | None = None) -> list[int]:
         dims = default if default is not None else list(range(rank))
     else:
         dims = [dim] if isinstance(dim, int) else list(dim)
-    return [d % rank for d in dims]
+    return [S.axis(d, rank) for d in dims]
 
 
 def _size(ctx, x: ir.Value, ax: int) -> int | ir.Value:

@@ -252,7 +252,7 @@ def cholesky_inverse(ctx, self, upper=False):
 def linalg_cross(ctx, self, other, *, dim=-1):
     a, b = ctx.promote(self, other, dtype=_arith_dtype(ctx.out_dtype))
     rank = max(ctx.rank(self), ctx.rank(other))
-    ax = dim % rank
+    ax = S.axis(dim, rank)
     a_rank, b_rank = ctx.rank(self), ctx.rank(other)
     a_ax = ax - (rank - a_rank)
     b_ax = ax - (rank - b_rank)
@@ -293,7 +293,7 @@ def linalg_vecdot(ctx, x, y, *, dim=-1):
     rank = max(ctx.rank(x), ctx.rank(y))
     work = R.reduce_dtype("ReduceSum", ctx.out_dtype)
     product = ctx.op.Mul(ctx.cast(a, work), ctx.cast(b, work))
-    return ctx.cast(R.reduce(ctx, "ReduceSum", product, [dim % rank], False), ctx.out_dtype)
+    return ctx.cast(R.reduce(ctx, "ReduceSum", product, [S.axis(dim, rank)], False), ctx.out_dtype)
 
 
 @translates(aten.dist.default)

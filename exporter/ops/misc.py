@@ -13,6 +13,7 @@ import torch
 
 from exporter import _dtypes
 from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._nn_helpers import FLOATS, compute_dtype, static_ints
 from exporter.ops._registry import translates
 from exporter.ops._shape import dim_value
@@ -137,7 +138,7 @@ def segment_reduce(
             "segment_reduce needs `lengths` or `offsets` (torch does not support `indices` either)."
         )
     rank = ctx.rank(data)
-    axis = axis % rank
+    axis = S.axis(axis, rank)
     trailing = rank - axis - 1
     dtype = ctx.dtype(data)
     work = compute_dtype(dtype, FLOATS)
@@ -351,7 +352,7 @@ if _CHUNKED_NONE is not None:
 def chunk_cat(ctx, tensors, dim, num_chunks):
     """Each tensor zero-padded along ``dim`` to a multiple of num_chunks, split into num_chunks
     rows of its trailing elements, and the rows of all tensors joined side by side."""
-    dim = dim % ctx.rank(tensors[0])
+    dim = S.axis(dim, ctx.rank(tensors[0]))
     n = ctx.const([num_chunks], torch.int64)
     rows = []
     for t in tensors:

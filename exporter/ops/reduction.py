@@ -419,7 +419,7 @@ def weight_norm(ctx, v, g, dim=0):
 
 def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.dtype) -> ir.Value:
     rank = ctx.rank(x)
-    rows, cols = (d % rank for d in dim)
+    rows, cols = (S.axis(d, rank) for d in dim)
     if ord == "fro":
         return vector_norm(ctx, x, 2, sorted([rows, cols]), keepdim, out)
     if ord in ("nuc", 2, -2):
