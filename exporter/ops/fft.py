@@ -71,14 +71,6 @@ def _dims(dim: Any, rank: int, default: list[int] | None = None) -> list[int]:
     return [S.axis(d, rank) for d in dims]
 
 
-def _size(ctx, x: ir.Value, ax: int) -> int | ir.Value:
-    """Length of logical axis ``ax``: an int when static, else a 1-D int64 value."""
-    size = S.static_dim(ctx, x, ax)
-    if size is not None:
-        return size
-    return ctx.op.Shape(x, start=ax, end=ax + 1)
-
-
 def _ints(ctx, n: int | ir.Value) -> ir.Value:
     """A 1-D int64 [n]."""
     if isinstance(n, ir.Value):
@@ -188,7 +180,7 @@ def fft_r2c(ctx, self, dim, normalization, onesided):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims]
     return _finish(ctx, _r2c(ctx, signal, dims, lengths, normalization, onesided))
 
 
@@ -197,7 +189,7 @@ def fft_c2c(ctx, self, dim, normalization, forward):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims]
     return _finish(ctx, _c2c(ctx, signal, dims, lengths, normalization, forward))
 
 
@@ -206,7 +198,7 @@ def fft_c2r(ctx, self, dim, normalization, last_dim_size):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims[:-1]] + [last_dim_size]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims[:-1]] + [last_dim_size]
     return _finish(ctx, _c2r(ctx, signal, dims, rank, last_dim_size, lengths, normalization))
 
 
@@ -243,7 +235,7 @@ def _fftn(ctx, self, s, dim, norm, forward, default_dims=None):
     signal, is_complex = _as_signal(ctx, self)
     lengths = []
     for ax, n in zip(dims, sizes):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     if not is_complex:
@@ -259,7 +251,7 @@ def _rfftn(ctx, self, s, dim, norm, default_dims=None):
     signal, _ = _as_signal(ctx, self)
     lengths = []
     for ax, n in zip(dims, sizes):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     return _r2c(ctx, signal, dims, lengths, _mode(norm, True), onesided=True)
@@ -276,11 +268,11 @@ def _irfftn(ctx, self, s, dim, norm, default_dims=None, conjugate=False):
         signal = _conj(ctx, signal)
     lengths = []
     for ax, n in zip(dims[:-1], sizes[:-1]):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     last = dims[-1]
-    half = _size(ctx, self, last)
+    half = S.dim_size(ctx, self, last)
     out_size = sizes[-1]
     if out_size is None:
         out_size = (
@@ -400,7 +392,7 @@ def _shift(ctx, self, dim, inverse):
     rank = _logical_rank(ctx, self)
     x = self
     for ax in _dims(dim, rank) if rank else []:
-        n = _size(ctx, self, ax)
+        n = S.dim_size(ctx, self, ax)
         # fftshift moves the last n//2 entries to the front; ifftshift the last (n+1)//2.
         if isinstance(n, int):
             split = ctx.const([n // 2 if inverse else (n + 1) // 2], i64)
@@ -601,7 +593,7 @@ def istft(
     spectrum = ctx.op.Transpose(spectrum, perm=[0, 2, 1, 3])  # [B, frames, bins, 2]
     if normalized:
         spectrum = ctx.op.Mul(spectrum, ctx.const(math.sqrt(n_fft), _WORK))
-    bins = _size(ctx, self, rank - 2)
+    bins = S.dim_size(ctx, self, rank - 2)
     spectrum = _resize(ctx, spectrum, 2, bins, n_fft // 2 + 1, 4)
     frames = _c2r(ctx, spectrum, [2], 3, n_fft, [n_fft], _BY_N)  # [B, frames, n_fft]
     if window is None:
@@ -613,7 +605,7 @@ def istft(
         window = ctx.op.Pad(window, ctx.const([left, n_fft - win - left], i64))
     frames = ctx.op.Mul(frames, window)
     # Overlap-add: sample t of frame f lands at f * hop + t.
-    count = _ints(ctx, _size(ctx, self, rank - 1))
+    count = _ints(ctx, S.dim_size(ctx, self, rank - 1))
     frame_ids = ctx.op.Range(
         ctx.const(0, i64), ctx.op.Squeeze(count, ctx.const([0], i64)), ctx.const(1, i64)
     )

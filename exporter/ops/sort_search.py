@@ -16,18 +16,12 @@ from exporter.ops import _numerics as nx
 from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
 from exporter.ops._registry import translates
-from exporter.ops._shape import dim_value
 
 aten = torch.ops.aten
 i64 = torch.int64
 
 #: onnxruntime's Unique kernels (measured); other dtypes compute in one of these and cast back.
 _UNIQUE_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int8})
-
-
-def _axis_length(ctx, x, ax):
-    size = S.static_dim(ctx, x, ax)
-    return size if size is not None else dim_value(ctx, x, ax)
 
 
 # ------------------------------------------------------------------------------ topk / sort
@@ -50,7 +44,7 @@ def _sort(ctx, self, dim, descending):
     ax = S.axis(dim, rank)
     if S.static_dim(ctx, self, ax) in (0, 1):
         return ctx.op.Identity(self), S.constant_of_shape(ctx, ctx.op.Shape(self), 0, i64)
-    return nx.topk(ctx, self, _axis_length(ctx, self, ax), ax, bool(descending))
+    return nx.topk(ctx, self, S.dim_size(ctx, self, ax), ax, bool(descending))
 
 
 @translates(aten.sort.default)
