@@ -9,15 +9,20 @@ is exact in float32, so the round trip is exact.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import onnx_ir as ir
 import torch
+
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
 #: The E2M1 value of each 4-bit code (codes 8-15 are 0-7 negated; -0.0 included).
 _VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _VALUES + [-v for v in _VALUES]
 
 
-def from_bytes(ctx, data: ir.Value) -> ir.Value:
+def from_bytes(ctx: TranslationContext, data: ir.Value) -> ir.Value:
     """uint8 ``[..., n]`` -> FLOAT4E2M1 ``[..., 2n]``: each byte's low nibble, then its high."""
     rank = ctx.rank(data)
     last = ctx.const([-1], torch.int64)
@@ -31,7 +36,7 @@ def from_bytes(ctx, data: ir.Value) -> ir.Value:
     return ctx.op.Cast(values, to=ir.DataType.FLOAT4E2M1)
 
 
-def to_bytes(ctx, value: ir.Value) -> ir.Value:
+def to_bytes(ctx: TranslationContext, value: ir.Value) -> ir.Value:
     """FLOAT4E2M1 ``[..., 2n]`` -> uint8 ``[..., n]``: pairs of codes, the first low."""
     rank = ctx.rank(value)
     last = ctx.const([-1], torch.int64)

@@ -10,18 +10,22 @@ exactly there.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from exporter.ops import _kernels
 
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
-def c(ctx, value: float, like: ir.Value) -> ir.Value:
+
+def c(ctx: TranslationContext, value: float, like: ir.Value) -> ir.Value:
     """A 0-d constant with ``like``'s dtype."""
     return ctx.scalar_like(value, like)
 
 
-def polynomial(ctx, x: ir.Value, coefficients: list[float]) -> ir.Value:
+def polynomial(ctx: TranslationContext, x: ir.Value, coefficients: list[float]) -> ir.Value:
     """Horner evaluation; ``coefficients`` run from the highest power to the constant."""
     acc = c(ctx, coefficients[0], x)
     for k in coefficients[1:]:
@@ -29,7 +33,7 @@ def polynomial(ctx, x: ir.Value, coefficients: list[float]) -> ir.Value:
     return acc
 
 
-def trunc(ctx, x: ir.Value) -> ir.Value:
+def trunc(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     # Flooring |x| never overflows (unlike a cast to int). The sign goes back on with a Mul,
     # which keeps trunc(-0.5) == -0.0 like torch; onnxruntime's Where can drop a -0.0.
     return ctx.op.Mul(
@@ -37,20 +41,20 @@ def trunc(ctx, x: ir.Value) -> ir.Value:
     )
 
 
-def sign_factor(ctx, negative: ir.Value, like: ir.Value) -> ir.Value:
+def sign_factor(ctx: TranslationContext, negative: ir.Value, like: ir.Value) -> ir.Value:
     """-1 where ``negative`` is true, else 1, in ``like``'s dtype (for a sign-exact Mul)."""
     as_number = ctx.cast(negative, ctx.dtype(like))
     return ctx.op.Sub(c(ctx, 1, like), ctx.op.Add(as_number, as_number))
 
 
-def signbit(ctx, x: ir.Value) -> ir.Value:
+def signbit(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     """True for negative numbers and -0.0 (1/-0.0 is -inf)."""
     zero = c(ctx, 0, x)
     negative_zero = ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Less(ctx.op.Reciprocal(x), zero))
     return ctx.op.Or(ctx.op.Less(x, zero), negative_zero)
 
 
-def log1p(ctx, x: ir.Value) -> ir.Value:
+def log1p(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     # Kahan: log(u) * x / (u - 1) with u = 1 + x cancels the rounding error of u, so tiny x
     # keeps full relative precision instead of collapsing to 0.
     one = c(ctx, 1, x)
@@ -62,7 +66,7 @@ def log1p(ctx, x: ir.Value) -> ir.Value:
     return ctx.op.Where(ctx.op.IsInf(x), log_u, small)
 
 
-def expm1(ctx, x: ir.Value) -> ir.Value:
+def expm1(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     # Kahan's counterpart of log1p: (u - 1) * x / log(u) with u = exp(x), for |x| < 1.
     one = c(ctx, 1, x)
     u = ctx.op.Exp(x)
@@ -72,7 +76,7 @@ def expm1(ctx, x: ir.Value) -> ir.Value:
     return ctx.op.Where(ctx.op.Less(ctx.op.Abs(x), one), near_zero, u_minus_one)
 
 
-def softplus(ctx, x: ir.Value) -> ir.Value:
+def softplus(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     """log(1 + exp(x)) without overflow."""
     if ctx.dtype(x) in _kernels.SUPPORTED["Softplus"]:
         return ctx.op.Softplus(x)
@@ -96,7 +100,7 @@ _ERFC_COEFFICIENTS = [
 ]
 
 
-def erfc(ctx, x: ir.Value) -> ir.Value:
+def erfc(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     # 1 - erf(x) cancels to 0 for x > ~4 in float32; the fit keeps the relative precision of
     # the tail, where erfc is used (normal tail probabilities).
     # erfc underflows to 0 long before 30; the cap keeps inf out of the splitting below.
@@ -146,7 +150,7 @@ _ERFINV_TAIL = [
 NEWTON_LIMIT = 0.9
 
 
-def erfinv(ctx, x: ir.Value) -> ir.Value:
+def erfinv(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     one = c(ctx, 1, x)
     w = ctx.op.Neg(ctx.op.Log(ctx.op.Mul(ctx.op.Sub(one, x), ctx.op.Add(one, x))))
     centre = polynomial(ctx, ctx.op.Sub(w, c(ctx, 2.5, x)), _ERFINV_CENTRE)
@@ -159,11 +163,11 @@ def erfinv(ctx, x: ir.Value) -> ir.Value:
     return ctx.op.Where(ctx.op.Equal(ctx.op.Abs(x), one), ctx.op.Mul(x, c(ctx, math.inf, x)), y)
 
 
-def _erf(ctx, x: ir.Value) -> ir.Value:
+def _erf(ctx: TranslationContext, x: ir.Value) -> ir.Value:
     return _kernels.call(ctx, "Erf", x)
 
 
-def gelu(ctx, x: ir.Value, approximate: str) -> ir.Value:
+def gelu(ctx: TranslationContext, x: ir.Value, approximate: str) -> ir.Value:
     """0.5 x (1 + erf(x / sqrt 2)), or with tanh(sqrt(2/pi) (x + 0.044715 x^3))."""
     half = c(ctx, 0.5, x)
     if approximate == "tanh":

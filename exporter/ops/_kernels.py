@@ -14,10 +14,13 @@ that is not listed is assumed to support every dtype.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 import torch
+
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 i8, i16, i32, i64 = torch.int8, torch.int16, torch.int32, torch.int64
@@ -131,7 +134,11 @@ def kernel_dtype(op_type: str, dtype: torch.dtype | None) -> torch.dtype | None:
 
 
 def call(
-    ctx: Any, op_type: str, *inputs: Any, _dtype: torch.dtype | None = None, **attributes: Any
+    ctx: TranslationContext,
+    op_type: str,
+    *inputs: Any,
+    _dtype: torch.dtype | None = None,
+    **attributes: Any,
 ) -> ir.Value:
     """``ctx.op.<op_type>(*inputs)``, computed in a dtype onnxruntime supports.
 
@@ -153,6 +160,33 @@ def call(
     ]
     out = builder(*cast, **attributes)
     return out if op_type in _BOOL_RESULT else ctx.cast(out, dtype)
+
+
+def where(ctx: TranslationContext, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    """``Where`` on values of one dtype, cast around the dtypes onnxruntime lacks."""
+    dtype = ctx.dtype(a)
+    if dtype is None:  # call() would take the condition's dtype for the data's
+        return ctx.op.Where(cond, a, b)
+    return call(ctx, "Where", cond, a, b, _dtype=dtype)
+
+
+def data_op(
+    ctx: TranslationContext, kernel: str, op_type: str, x: ir.Value, *rest: Any, **attrs: Any
+) -> ir.Value:
+    """``op_type(x, *rest)`` where only ``x`` (and the result) carry the data dtype."""
+    dtype = ctx.dtype(x)
+    run = kernel_dtype(kernel, dtype)
+    builder = getattr(ctx.op, op_type)
+    if run == dtype:
+        return builder(x, *rest, **attrs)
+    return ctx.cast(builder(ctx.cast(x, run), *rest, **attrs), dtype)
+
+
+def typed_like(outputs: Any, like: ir.Value) -> Any:
+    """Record ``like``'s dtype on op outputs the builder leaves untyped (Split, TopK, ...)."""
+    for out in outputs if isinstance(outputs, tuple) else (outputs,):
+        out.dtype = like.dtype
+    return outputs
 
 
 def has_kernel(op_type: str, dtype: torch.dtype | None = None, *, opset: int | None = None) -> bool:

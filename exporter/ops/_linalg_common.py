@@ -8,14 +8,17 @@ loop over columns that unrolls for small static matrices and becomes an ONNX Loo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops import _subgraph
+
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
 i64, f64 = torch.int64, torch.float64
 
@@ -98,7 +101,13 @@ def is_value(x: Any) -> bool:
 
 
 def gauss_jordan(
-    ctx, a, rhs, track: str, with_info: bool, rank: int | None = None, n_static: int | None = None
+    ctx: TranslationContext,
+    a,
+    rhs,
+    track: str,
+    with_info: bool,
+    rank: int | None = None,
+    n_static: int | None = None,
 ):
     """Runs the elimination over every column; returns (a, rhs, det_or_logabs, sign, info).
 
@@ -106,8 +115,8 @@ def gauss_jordan(
     """
     if rank is None:
         rank = ctx.rank(a)
-        n_static = nx.static_dim(ctx, a, rank - 1)
-    work = nx.float_work(ctx.dtype(a))
+        n_static = S.static_dim(ctx, a, rank - 1)
+    work = R.float_work(ctx.dtype(a))
     a = ctx.cast(a, work)
     rhs = None if rhs is None else ctx.cast(rhs, work)
     elim = _Elimination(rank, work, track)
@@ -117,9 +126,9 @@ def gauss_jordan(
         n = ctx.const(n_static, i64)
     row_ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     batch_shape = ctx.op.Shape(a, start=0, end=rank - 2)
-    det = L.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
-    sign = L.constant_of_shape(ctx, batch_shape, 1.0, work) if track == "logdet" else None
-    info = L.constant_of_shape(ctx, batch_shape, 0, torch.int32) if with_info else None
+    det = S.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)
+    sign = S.constant_of_shape(ctx, batch_shape, 1.0, work) if track == "logdet" else None
+    info = S.constant_of_shape(ctx, batch_shape, 0, torch.int32) if with_info else None
     states = (a, rhs, det, sign, info)
     dtypes = (work, work, work, work, torch.int32)
     return over_columns(
@@ -133,7 +142,7 @@ def gauss_jordan(
     )
 
 
-def over_columns(ctx, n_static, n, states, dtypes, step, name):
+def over_columns(ctx: TranslationContext, n_static, n, states, dtypes, step, name):
     """Runs ``step(ctx, k, states) -> states`` for k = 0..n-1: unrolled when n is small and
     static, else as an ONNX Loop. None states stay None and are not carried."""
     states = tuple(states)
@@ -155,7 +164,7 @@ def over_columns(ctx, n_static, n, states, dtypes, step, name):
     return unpack(_subgraph.loop(ctx, n, carried, body, carried_dtypes, name))
 
 
-def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
+def solve(ctx: TranslationContext, A, B, left, with_info, *, vectors=True, matrix=None):
     """X with A X = B (left) or X A = B, batch dims broadcast.
 
     ``vectors``: apply torch.linalg.solve's rule that a B shaped like A minus its last dim is
@@ -167,7 +176,7 @@ def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
     vector = vectors and (
         b_rank == 1 or (b_rank == a_rank - 1 and tuple(b_shape) == tuple(a_shape[:-1]))
     )
-    work = nx.float_work(ctx.out_dtype)
+    work = R.float_work(ctx.out_dtype)
     a = ctx.cast(A if matrix is None else matrix, work)
     b = ctx.cast(B, work)
     if vector:
@@ -185,7 +194,7 @@ def solve(ctx, A, B, left, with_info, *, vectors=True, matrix=None):
     rank = max(a_rank, b_rank)
     info = None
     n_static = a_shape[-1] if isinstance(a_shape[-1], int) else None
-    if nx.static_count(ctx, B, None) == 0 and not with_info:
+    if R.static_count(ctx, B, None) == 0 and not with_info:
         x = b_full  # nothing to solve for; onnxruntime's GatherElements rejects empty rows
     else:
         _, x, _, _, info = gauss_jordan(ctx, a_full, b_full, "none", with_info, rank, n_static)
@@ -201,11 +210,11 @@ def swap_last(rank):
 
 
 # -------------------------------------------------------------------------------------- sizes
-def index_range(ctx, n):
+def index_range(ctx: TranslationContext, n):
     return ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
 
 
-def matrix_sizes(ctx, a, rank):
+def matrix_sizes(ctx: TranslationContext, a, rank):
     """(m, n, k) of [..., m, n] as 0-d int64 values, plus k = min(m, n) when static."""
     shape = ctx.shape(a)
     m_s, n_s = shape[-2], shape[-1]
@@ -225,7 +234,7 @@ def matrix_sizes(ctx, a, rank):
 
 
 # ----------------------------------------------------------------------------- Householder QR
-def householder(ctx, A):
+def householder(ctx: TranslationContext, A):
     """geqrf's Householder QR: (R [..., m, n], reflectors V [..., m, k] with unit heads, tau).
 
     LAPACK's dlarfg picks beta = -sign(alpha) * |x|, so R's diagonal has the opposite sign of
@@ -233,7 +242,7 @@ def householder(ctx, A):
     """
     rank = ctx.rank(A)
     ra, ca = rank - 2, rank - 1
-    work = nx.float_work(ctx.dtype(A))
+    work = R.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     m, n, k, k_static = matrix_sizes(ctx, A, rank)
     rows = ctx.op.Unsqueeze(index_range(ctx, m), ctx.const([1], i64))  # [m, 1]
@@ -242,8 +251,8 @@ def householder(ctx, A):
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     k1 = ctx.op.Reshape(k, ctx.const([1], i64))
     m1 = ctx.op.Reshape(m, ctx.const([1], i64))
-    reflectors = L.constant_of_shape(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
-    taus = L.constant_of_shape(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
+    reflectors = S.constant_of_shape(ctx, ctx.op.Concat(batch, m1, k1, axis=0), 0.0, work)
+    taus = S.constant_of_shape(ctx, ctx.op.Concat(batch, k1, axis=0), 0.0, work)
     zero, one = ctx.const(0.0, work), ctx.const(1.0, work)
 
     def step(c, j, states):
@@ -254,7 +263,7 @@ def householder(ctx, A):
         below = c.op.Greater(rows, j_scalar)
         tail = c.op.Where(below, column, zero)
         alpha = c.op.Gather(column, j_row, axis=ra)  # [..., 1, 1]
-        tail_sq = nx.reduce(c, "ReduceSumSquare", tail, [ra], True)
+        tail_sq = R.reduce(c, "ReduceSumSquare", tail, [ra], True)
         norm = c.op.Sqrt(c.op.Add(c.op.Mul(alpha, alpha), tail_sq))
         negative = c.op.Less(alpha, zero)
         beta = c.op.Where(negative, norm, c.op.Neg(norm))
@@ -282,7 +291,7 @@ def householder(ctx, A):
     )
 
 
-def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
+def apply_reflectors(ctx: TranslationContext, start, reflectors, taus, rank, k, k_static):
     """start @ H_0 H_1 ... H_{k-1}, with H_j = I - tau_j v_j v_j^T (Q when start is I)."""
     ra, ca = rank - 2, rank - 1
 
@@ -297,17 +306,17 @@ def apply_reflectors(ctx, start, reflectors, taus, rank, k, k_static):
     return over_columns(ctx, k_static, k, (start,), (ctx.dtype(start),), step, "reflectors")[0]
 
 
-def eye_like_rows(ctx, x, rank, work):
+def eye_like_rows(ctx: TranslationContext, x, rank, work):
     """Identity [..., m, m] for the rows of x [..., m, n]."""
     m1 = ctx.op.Shape(x, start=rank - 2, end=rank - 1)
-    square = L.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
+    square = S.constant_of_shape(ctx, ctx.op.Concat(m1, m1, axis=0), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Concat(ctx.op.Shape(x, start=0, end=rank - 2), m1, m1, axis=0))
 
 
 # ----------------------------------------------------------------------------- rank tolerance
-def tolerance(ctx, A, atol, rtol, largest):
+def tolerance(ctx: TranslationContext, A, atol, rtol, largest):
     """max(atol, rtol * largest) with torch's defaults (rtol = eps * max(m, n) without atol)."""
     shape = ctx.shape(A)
     if rtol is None:

@@ -7,12 +7,15 @@ sequential scan like torch's) run as an ONNX Loop or Scan whose body is written 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+
+if TYPE_CHECKING:
+    from exporter.ops._context import TranslationContext
 
 i64 = torch.int64
 
@@ -24,7 +27,7 @@ class Subgraph:
     made here gets a model-unique name when the body is finished, so nothing shadows.
     """
 
-    def __init__(self, ctx: Any, name: str) -> None:
+    def __init__(self, ctx: TranslationContext, name: str) -> None:
         from exporter._translate import GraphScope
         from exporter.ops._context import TranslationContext
 
@@ -58,7 +61,7 @@ class Subgraph:
 
 
 def scan_along(
-    ctx: Any,
+    ctx: TranslationContext,
     xs: Sequence[ir.Value],
     axes: int | Sequence[int],
     states: Sequence[ir.Value],
@@ -97,7 +100,7 @@ def scan_along(
 
 
 def loop(
-    ctx: Any,
+    ctx: TranslationContext,
     trip_count: ir.Value,
     states: Sequence[ir.Value],
     body: Callable[[Any, ir.Value, list[ir.Value]], list[ir.Value]],

@@ -15,6 +15,7 @@ import torch
 
 from exporter.ops import _formulas as F
 from exporter.ops import _kernels, random
+from exporter.ops import _shape as S
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
@@ -240,7 +241,7 @@ def _rrelu(ctx, x: ir.Value, lower, upper, training: bool, with_slope: bool = Fa
 @translates(aten.glu.default)
 def glu(ctx, self, dim=-1):
     rank = ctx.rank(self)
-    axis = dim % rank
+    axis = S.axis(dim, rank)
     size = ctx.shape(self)[axis]
     if isinstance(size, int):
         half = ctx.const([size // 2], torch.int64)

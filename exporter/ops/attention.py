@@ -14,10 +14,9 @@ import math
 
 import torch
 
-from exporter.ops._layout import same_size
-from exporter.ops._nn_helpers import dim_size
-from exporter.ops._numerics import reduce
+from exporter.ops._reduce import reduce
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value, same_size
 
 aten = torch.ops.aten
 
@@ -43,9 +42,9 @@ def _repeat_heads(ctx, x, q):
     kv_heads = ctx.shape(x)[-3]
     if isinstance(q_heads, int) and isinstance(kv_heads, int) and q_heads == kv_heads:
         return x
-    groups = ctx.op.Div(dim_size(ctx, q, -3), dim_size(ctx, x, -3))
+    groups = ctx.op.Div(dim_value(ctx, q, -3), dim_value(ctx, x, -3))
     lead = ctx.op.Shape(x, start=0, end=rank - 3)
-    heads = dim_size(ctx, x, -3)
+    heads = dim_value(ctx, x, -3)
     tail = ctx.op.Shape(x, start=rank - 2)
     expanded = ctx.op.Expand(
         ctx.op.Unsqueeze(x, [rank - 2]), ctx.op.Concat(lead, heads, groups, tail, axis=0)
@@ -58,8 +57,8 @@ def _causal_mask(ctx, query, key):
     """Top-left aligned lower-triangular (L, S) bool mask, as torch's is_causal."""
     one = ctx.scalar(1, torch.int64)
     zero = ctx.scalar(0, torch.int64)
-    rows = ctx.op.Range(zero, ctx.op.Squeeze(dim_size(ctx, query, -2), [0]), one)
-    cols = ctx.op.Range(zero, ctx.op.Squeeze(dim_size(ctx, key, -2), [0]), one)
+    rows = ctx.op.Range(zero, ctx.op.Squeeze(dim_value(ctx, query, -2), [0]), one)
+    cols = ctx.op.Range(zero, ctx.op.Squeeze(dim_value(ctx, key, -2), [0]), one)
     return ctx.op.GreaterOrEqual(ctx.op.Unsqueeze(rows, [1]), ctx.op.Unsqueeze(cols, [0]))
 
 
@@ -79,7 +78,7 @@ def _scale_value(ctx, query, scale, work):
     e = ctx.shape(query)[-1]
     if isinstance(e, int):
         return ctx.scalar(1.0 / math.sqrt(e) if e > 0 else float("inf"), work)
-    size = ctx.cast(ctx.op.Squeeze(dim_size(ctx, query, -1), [0]), work)
+    size = ctx.cast(ctx.op.Squeeze(dim_value(ctx, query, -1), [0]), work)
     return ctx.op.Reciprocal(ctx.op.Sqrt(size))
 
 
@@ -159,8 +158,8 @@ def _full_mask(ctx, attn_mask, query, key):
     one = ctx.const([1], torch.int64)
     target = ctx.op.Concat(
         ctx.const([1] * (ctx.rank(attn_mask) - 2), torch.int64),
-        one if q_full else dim_size(ctx, query, 2),
-        one if kv_full else dim_size(ctx, key, 2),
+        one if q_full else dim_value(ctx, query, 2),
+        one if kv_full else dim_value(ctx, key, 2),
         axis=0,
     )
     return ctx.op.Expand(attn_mask, target)

@@ -21,15 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from exporter.ops._nn_helpers import (
-    as_int_list,
-    compute_dtype,
-    concat_ints,
-    dim_size,
-    shape_slice,
-    static_ints,
-)
+from exporter.ops._nn_helpers import as_int_list, compute_dtype, static_ints
 from exporter.ops._registry import translates
+from exporter.ops._shape import concat_ints, dim_value, shape_value
 
 aten = torch.ops.aten
 
@@ -72,7 +66,7 @@ def _spread(ctx, grad, weight, stride, dilation, groups, like, padding):
     full = ctx.op.ConvTranspose(
         grad, weight, strides=stride, dilations=dilation, group=groups, pads=[0] * (2 * n)
     )
-    return _crop_spatial(ctx, full, shape_slice(ctx, like, 2), padding)
+    return _crop_spatial(ctx, full, shape_value(ctx, like, 2), padding)
 
 
 def _weight_grad(ctx, x, grad, kernel, stride, padding, dilation, groups):
@@ -89,9 +83,9 @@ def _weight_grad(ctx, x, grad, kernel, stride, padding, dilation, groups):
     if not isinstance(c_x, int):
         raise NotImplementedError("convolution_backward needs a static channel count")
     per_group = c_x // groups
-    grouped = ctx.op.Reshape(x, concat_ints(ctx, [0, groups, per_group], shape_slice(ctx, x, 2)))
+    grouped = ctx.op.Reshape(x, concat_ints(ctx, [0, groups, per_group], shape_value(ctx, x, 2)))
     grouped = ctx.op.Transpose(grouped, perm=[2, 1, 0] + spatial)
-    as_batch = ctx.op.Reshape(grouped, concat_ints(ctx, [per_group, -1], shape_slice(ctx, x, 2)))
+    as_batch = ctx.op.Reshape(grouped, concat_ints(ctx, [per_group, -1], shape_value(ctx, x, 2)))
     filters = ctx.op.Transpose(grad, perm=[1, 0] + list(range(2, rank)))
     out = ctx.op.Conv(
         as_batch, filters, strides=dilation, dilations=stride, group=groups, pads=list(padding) * 2
@@ -139,7 +133,7 @@ def convolution_backward(
             full = ctx.op.Conv(
                 go, w, strides=stride, dilations=dilation, group=groups, pads=padding * 2
             )
-            grad_input = _crop_spatial(ctx, full, shape_slice(ctx, input, 2), [0] * n)
+            grad_input = _crop_spatial(ctx, full, shape_value(ctx, input, 2), [0] * n)
         else:
             grad_input = _spread(ctx, go, w, stride, dilation, groups, input, padding)
         grad_input = ctx.cast(grad_input, dtype)
@@ -167,7 +161,7 @@ def _window_divisors(ctx, self, out_sizes, kernel, stride, padding, count_includ
     n = len(kernel)
     rank = ctx.rank(self)
     for axis, (k, s, p) in enumerate(zip(kernel, stride, padding)):
-        size = ctx.op.Squeeze(dim_size(ctx, self, rank - n + axis), [0])
+        size = ctx.op.Squeeze(dim_value(ctx, self, rank - n + axis), [0])
         count = ctx.op.Squeeze(out_sizes[axis], [0])
         i = ctx.op.Range(ctx.const(0, torch.int64), count, ctx.const(1, torch.int64))
         start = ctx.op.Sub(ctx.op.Mul(i, ctx.const(s, torch.int64)), ctx.const(p, torch.int64))
@@ -216,7 +210,7 @@ def _avg_pool_backward(
     rank = ctx.rank(self)
     go = _work(ctx, grad_output)
     work = ctx.dtype(go)
-    out_sizes = [dim_size(ctx, grad_output, rank - n + axis) for axis in range(n)]
+    out_sizes = [dim_value(ctx, grad_output, rank - n + axis) for axis in range(n)]
     if divisor_override:
         scaled = ctx.op.Div(go, ctx.const(float(divisor_override), work))
     else:
@@ -227,10 +221,10 @@ def _avg_pool_backward(
     # Every plane is spread independently: fold the leading axes into the batch so one
     # (1, 1, kH, kW) ones kernel serves any (dynamic) channel count.
     planes = ctx.op.Reshape(
-        scaled, concat_ints(ctx, [-1, 1], shape_slice(ctx, grad_output, rank - n))
+        scaled, concat_ints(ctx, [-1, 1], shape_value(ctx, grad_output, rank - n))
     )
     ones = ctx.const(torch.ones(1, 1, *kernel), work)
     full = ctx.op.ConvTranspose(planes, ones, strides=stride, pads=[0] * (2 * n))
-    grad = _crop_spatial(ctx, full, shape_slice(ctx, self, rank - n), padding)
+    grad = _crop_spatial(ctx, full, shape_value(ctx, self, rank - n), padding)
     grad = ctx.op.Reshape(grad, ctx.op.Shape(self))
     return ctx.cast(grad, ctx.dtype(grad_output))

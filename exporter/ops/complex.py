@@ -18,10 +18,11 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
-from exporter.ops import _layout as L
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 
 # fft, shape and special register the pair-aware translations _PAIR_AWARE reads.
-from exporter.ops import _numerics, control_flow, elementwise, fft, shape, special  # noqa: F401
+from exporter.ops import control_flow, elementwise, fft, shape, special  # noqa: F401
 from exporter.ops._registry import COMPLEX_REGISTRY, DEFAULT_REGISTRY, translates_complex
 
 aten = torch.ops.aten
@@ -61,7 +62,7 @@ def _as_pair(ctx, x: Any, dtype: torch.dtype) -> ir.Value:
             return ctx.cast(x, dtype)
         real = ctx.cast(x, dtype)
         # Not real * 0: an inf or NaN real part keeps a zero imaginary part, as in torch.
-        return _stack(ctx, real, L.constant_of_shape(ctx, ctx.op.Shape(real), 0, dtype))
+        return _stack(ctx, real, S.constant_of_shape(ctx, ctx.op.Shape(real), 0, dtype))
     value = complex(x)
     return ctx.const([value.real, value.imag], dtype)
 
@@ -89,7 +90,7 @@ def _dims(ctx, x: ir.Value, dims: Any) -> list[int]:
         return list(range(rank))
     if isinstance(dims, int):
         dims = [dims]
-    return [L.axis(d, max(rank, 1)) for d in dims]
+    return [S.axis(d, max(rank, 1)) for d in dims]
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -244,7 +245,7 @@ def ne(ctx, self, other):
 
 @translates_complex(aten.zeros_like.default, aten.empty_like.default)
 def zeros_like(ctx, self, **kwargs):
-    return L.constant_of_shape(ctx, ctx.op.Shape(self), 0, _work_dtype(ctx))
+    return S.constant_of_shape(ctx, ctx.op.Shape(self), 0, _work_dtype(ctx))
 
 
 # ------------------------------------------------------------------------------ products
@@ -274,7 +275,7 @@ def _reduce(ctx, op: str, self, dim, keepdim) -> ir.Value:
     x = ctx.cast(self, _work_dtype(ctx))
     if not axes:
         return ctx.op.Identity(x)
-    return _numerics.reduce(ctx, op, x, axes, keepdim)
+    return R.reduce(ctx, op, x, axes, keepdim)
 
 
 @translates_complex(aten.sum.dim_IntList, aten.sum.default)
@@ -297,7 +298,7 @@ def mean(ctx, self, dim=None, keepdim=False, *, dtype=None):
     aten.unflatten.int,
 )
 def reshape(ctx, self, *args):
-    target = L.target_shape(ctx, L.out_shape(ctx), [self])
+    target = S.target_shape(ctx, S.out_shape(ctx), [self])
     return ctx.op.Reshape(self, ctx.op.Concat(target, ctx.const([2], torch.int64), axis=0))
 
 
@@ -311,14 +312,14 @@ def expand(ctx, self, size, *, implicit=False):
 @translates_complex(aten.permute.default, aten.permute_copy.default)
 def permute(ctx, self, dims):
     rank = _complex_rank(ctx, self)
-    return ctx.op.Transpose(self, perm=[L.axis(d, rank) for d in dims] + [rank])
+    return ctx.op.Transpose(self, perm=[S.axis(d, rank) for d in dims] + [rank])
 
 
 @translates_complex(aten.transpose.int, aten.transpose_copy.int)
 def transpose(ctx, self, dim0, dim1):
     rank = _complex_rank(ctx, self)
     perm = list(range(rank + 1))
-    d0, d1 = L.axis(dim0, max(rank, 1)), L.axis(dim1, max(rank, 1))
+    d0, d1 = S.axis(dim0, max(rank, 1)), S.axis(dim1, max(rank, 1))
     if rank < 2:
         return ctx.op.Identity(self)
     perm[d0], perm[d1] = perm[d1], perm[d0]
@@ -332,7 +333,7 @@ def t(ctx, self):
 
 @translates_complex(aten.unsqueeze.default, aten.unsqueeze_copy.default)
 def unsqueeze(ctx, self, dim):
-    return ctx.op.Unsqueeze(self, [L.axis(dim, _complex_rank(ctx, self) + 1)])
+    return ctx.op.Unsqueeze(self, [S.axis(dim, _complex_rank(ctx, self) + 1)])
 
 
 @translates_complex(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
@@ -375,7 +376,7 @@ def cat(ctx, tensors, dim=0):
 @translates_complex(aten.stack.default)
 def stack(ctx, tensors, dim=0):
     dtype = _work_dtype(ctx)
-    axis = L.axis(dim, ctx.out.dim())
+    axis = S.axis(dim, ctx.out.dim())
     pairs = [ctx.op.Unsqueeze(_as_pair(ctx, t, dtype), [axis]) for t in tensors]
     return ctx.op.Concat(*pairs, axis=axis)
 

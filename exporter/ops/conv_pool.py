@@ -12,19 +12,17 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporter.ops._layout import same_size
-from exporter.ops._nn_helpers import (
-    as_int_list,
+from exporter.ops._nn_helpers import as_int_list, static_ints, to_work
+from exporter.ops._reduce import reduce
+from exporter.ops._registry import translates
+from exporter.ops._shape import (
     concat_ints,
-    dim_size,
+    dim_value,
     prod_of_dims,
     reshape,
-    shape_slice,
-    static_ints,
-    to_work,
+    same_size,
+    shape_value,
 )
-from exporter.ops._numerics import reduce
-from exporter.ops._registry import translates
 
 aten = torch.ops.aten
 
@@ -197,7 +195,7 @@ def _ceil_output_sizes(ctx, self, n, kernel, strides, pads, dilations):
             sizes.append(ctx.const([out], torch.int64))
         else:
             static = False
-            length = dim_size(ctx, self, rank - n + i)
+            length = dim_value(ctx, self, rank - n + i)
             c = ctx.const
             out = ctx.op.Add(
                 ctx.op.Div(
@@ -361,7 +359,7 @@ def _window_mask(ctx, x, axis, out_size):
             mask[i, s:e] = True
         return ctx.const(mask, torch.bool)
     one = ctx.scalar(1, torch.int64)
-    length = ctx.op.Squeeze(dim_size(ctx, x, axis), [0])
+    length = ctx.op.Squeeze(dim_value(ctx, x, axis), [0])
     out_ = ctx.scalar(out_size, torch.int64)
     cells = ctx.op.Unsqueeze(ctx.op.Range(ctx.scalar(0, torch.int64), out_, one), [1])
     start = ctx.op.Div(ctx.op.Mul(cells, length), out_)
@@ -421,10 +419,10 @@ def _adaptive_avg(ctx, self, output_size):
     if 0 in in_sizes or 0 in shape[: rank - n]:
         # Nothing to pool (and onnxruntime's broadcasting MatMul rejects empty batches).
         sizes = [
-            dim_size(ctx, self, axis) if o is None else ctx.ints([o])
+            dim_value(ctx, self, axis) if o is None else ctx.ints([o])
             for axis, o in zip(axes, out_sizes)
         ]
-        out_shape = ctx.op.Concat(shape_slice(ctx, self, 0, rank - n), *sizes, axis=0)
+        out_shape = ctx.op.Concat(shape_value(ctx, self, 0, rank - n), *sizes, axis=0)
         return ctx.op.Expand(ctx.scalar(0, dtype), out_shape)
     # Separable: each axis is a matrix product with its (out, in) averaging matrix, applied
     # from the right for the last axis and from the left for the one before it.
@@ -495,7 +493,7 @@ def _adaptive_max(ctx, self, output_size, want_indices):
     positions = []  # per reduced axis (last first): index tensors in the current layout
     for axis, out_size in reversed(list(zip(axes, out_sizes))):
         if out_size is None:  # identity axis: its windows are single positions
-            out_size = ctx.op.Squeeze(dim_size(ctx, self, axis), [0])
+            out_size = ctx.op.Squeeze(dim_value(ctx, self, axis), [0])
         mask = _window_mask(ctx, self, axis, out_size)  # (out, in)
         perm, back = _move_last(ctx, y, axis, rank)
         moved = ctx.op.Transpose(y, perm=perm) if axis != rank - 1 else y
@@ -557,9 +555,11 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride):
     x, dtype = to_work(ctx, self)
     work = ctx.dtype(x)
     unbatched = ctx.rank(self) == 3
-    n = ctx.const([1], torch.int64) if unbatched else dim_size(ctx, self, 0)
-    channels = dim_size(ctx, self, -3)
-    planes = reshape(ctx, x, ctx.op.Mul(n, channels), [1], shape_slice(ctx, self, -2))
+    n = ctx.const([1], torch.int64) if unbatched else dim_value(ctx, self, 0)
+    channels = dim_value(ctx, self, -3)
+    planes = reshape(
+        ctx, x, ctx.op.Mul(n, channels), [1], shape_value(ctx, self, -2), allowzero=True
+    )
     cols = ctx.op.Conv(
         planes,
         ctx.const(_one_hot_kernels(kernel), work),
@@ -576,7 +576,7 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride):
         # which a 0 beside it makes invalid, so build the empty result without a Reshape.
         shape = concat_ints(ctx, [] if unbatched else n, rows, blocks)
         return ctx.op.Expand(ctx.scalar(0, dtype), shape)
-    out = reshape(ctx, cols, [] if unbatched else n, rows, blocks)
+    out = reshape(ctx, cols, [] if unbatched else n, rows, blocks, allowzero=True)
     return ctx.cast(out, dtype)
 
 
@@ -605,9 +605,9 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
     ]
     k = int(np.prod(kernel))
     work = ctx.dtype(x)
-    n = dim_size(ctx, self, 0) if not added else ctx.const([1], torch.int64)
-    channels = ctx.op.Div(dim_size(ctx, self, -2), ctx.const([k], torch.int64))
-    planes = reshape(ctx, x, ctx.op.Mul(n, channels), [k], blocks)
+    n = dim_value(ctx, self, 0) if not added else ctx.const([1], torch.int64)
+    channels = ctx.op.Div(dim_value(ctx, self, -2), ctx.const([k], torch.int64))
+    planes = reshape(ctx, x, ctx.op.Mul(n, channels), [k], blocks, allowzero=True)
     full = [
         s * (b - 1) + d * (kk - 1) + 1 - 2 * p
         for s, b, d, kk, p in zip(strides, blocks, dilations, kernel, pads[:2])
@@ -621,7 +621,7 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
         dilations=dilations,
         output_padding=extra if any(extra) else None,
     )
-    y = reshape(ctx, y, n, channels, out_hw)
+    y = reshape(ctx, y, n, channels, out_hw, allowzero=True)
     return ctx.cast(_unbatch(ctx, y, added), dtype)
 
 
@@ -629,11 +629,15 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride):
 def _max_unpool(ctx, self, indices, output_size):
     n = len(output_size)
     rank = ctx.rank(self)
-    lead = shape_slice(ctx, self, 0, rank - n)
+    lead = shape_value(ctx, self, 0, rank - n)
     sizes = ctx.ints(list(output_size))
-    flat_values = reshape(ctx, self, lead, prod_of_dims(ctx, self, rank - n))
+    flat_values = reshape(ctx, self, lead, prod_of_dims(ctx, self, rank - n), allowzero=True)
     flat_indices = reshape(
-        ctx, ctx.cast(indices, torch.int64), lead, prod_of_dims(ctx, indices, rank - n)
+        ctx,
+        ctx.cast(indices, torch.int64),
+        lead,
+        prod_of_dims(ctx, indices, rank - n),
+        allowzero=True,
     )
     zeros = ctx.op.Expand(
         ctx.scalar(0, ctx.dtype(self)),
@@ -664,10 +668,16 @@ def max_pool_backward(
 ):
     n = ctx.rank(self) - 2 if ctx.rank(self) in (4, 5) else ctx.rank(self) - 1
     rank = ctx.rank(self)
-    lead = shape_slice(ctx, self, 0, rank - n)
-    flat_grad = reshape(ctx, grad_output, lead, prod_of_dims(ctx, grad_output, rank - n))
+    lead = shape_value(ctx, self, 0, rank - n)
+    flat_grad = reshape(
+        ctx, grad_output, lead, prod_of_dims(ctx, grad_output, rank - n), allowzero=True
+    )
     flat_idx = reshape(
-        ctx, ctx.cast(indices, torch.int64), lead, prod_of_dims(ctx, indices, rank - n)
+        ctx,
+        ctx.cast(indices, torch.int64),
+        lead,
+        prod_of_dims(ctx, indices, rank - n),
+        allowzero=True,
     )
     zeros = ctx.op.Expand(
         ctx.scalar(0, ctx.dtype(grad_output)),
@@ -689,7 +699,7 @@ def adaptive_avg_pool_backward(ctx, grad_output, self):
         out_size = (
             out_size
             if isinstance(out_size, int)
-            else ctx.op.Squeeze(dim_size(ctx, grad_output, axis), [0])
+            else ctx.op.Squeeze(dim_value(ctx, grad_output, axis), [0])
         )
         weights = _averaging_matrix(ctx, self, axis, out_size, work)  # (out, in)
         if axis == rank - 1:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
+from exporter.ops import _kernels
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -38,10 +39,10 @@ def _is_integral(value) -> bool:
 
 
 # ----------------------------------------------------------------------------- ranges
-def _count(ctx, start, end, step) -> L.Size:
+def _count(ctx, start, end, step) -> S.Size:
     """Number of arange elements: the metadata's when static, else ceil((end-start)/step)."""
-    n = L.out_shape(ctx)[0]
-    if L.is_static(n):
+    n = S.out_shape(ctx)[0]
+    if S.is_static(n):
         return n
     f64 = torch.float64
     span = ctx.op.Sub(_number(ctx, end, f64), _number(ctx, start, f64))
@@ -60,7 +61,7 @@ def arange_values(ctx, start, end, step, dtype: torch.dtype) -> ir.Value:
     work = torch.float64
     n = _count(ctx, start, end, step)
     zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
-    index = ctx.cast(ctx.op.Range(zero, L.as_0d(ctx, n), one), work)
+    index = ctx.cast(ctx.op.Range(zero, S.as_0d(ctx, n), one), work)
     values = ctx.op.Add(ctx.op.Mul(index, _number(ctx, step, work)), _number(ctx, start, work))
     return ctx.cast(values, dtype)
 
@@ -121,7 +122,7 @@ def linspace(ctx, start, end, steps, *, dtype=None, layout=None, device=None, pi
     dtype = _out_dtype(ctx, dtype)
     steps = _steps(steps)
     if steps == 0:
-        return L.constant_of_shape(ctx, [0], 0, dtype)
+        return S.constant_of_shape(ctx, [0], 0, dtype)
     return ctx.cast(_lin(ctx, start, end, steps, dtype), dtype)
 
 
@@ -137,7 +138,7 @@ def logspace(
     dtype = _out_dtype(ctx, dtype)
     steps = _steps(steps)
     if steps == 0:
-        return L.constant_of_shape(ctx, [0], 0, dtype)
+        return S.constant_of_shape(ctx, [0], 0, dtype)
     exponents = _lin(ctx, start, end, steps, dtype)
     work = ctx.dtype(exponents)
     return ctx.cast(ctx.op.Pow(ctx.const(float(base), work), exponents), dtype)
@@ -146,66 +147,66 @@ def logspace(
 # ------------------------------------------------------------------------------ fills
 def fill(ctx, shape: ir.Value, value, dtype: torch.dtype) -> ir.Value:
     if isinstance(value, ir.Value):
-        return L.data_op(ctx, "Expand", "Expand", _number(ctx, value, dtype), shape)
+        return _kernels.data_op(ctx, "Expand", "Expand", _number(ctx, value, dtype), shape)
     if dtype.is_complex:
         raise ValueError("complex fills are not supported by the ONNX exporter")
-    return L.constant_of_shape(ctx, shape, value, dtype)
+    return S.constant_of_shape(ctx, shape, value, dtype)
 
 
 @translates(aten.zeros.default, aten.empty.memory_format)
 def zeros(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     # Uninitialised memory has no ONNX counterpart; zeros are a valid value for it.
-    return fill(ctx, L.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
 
 
 @translates(aten.ones.default)
 def ones(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), 1, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 1, _out_dtype(ctx, dtype))
 
 
 @translates(aten.full.default)
 def full(ctx, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), fill_value, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), fill_value, _out_dtype(ctx, dtype))
 
 
 @translates(aten.empty_strided.default)
 def empty_strided(ctx, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
 
 
 @translates(aten.empty_permuted.default)
 def empty_permuted(
     ctx, size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None
 ):
-    return fill(ctx, L.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
 
 
 @translates(aten.new_zeros.default, aten.new_empty.default)
 def new_zeros(ctx, self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
 
 
 @translates(aten.new_ones.default)
 def new_ones(ctx, self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), 1, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 1, _out_dtype(ctx, dtype))
 
 
 @translates(aten.new_full.default)
 def new_full(ctx, self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return fill(ctx, L.shape_arg(ctx, size), fill_value, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), fill_value, _out_dtype(ctx, dtype))
 
 
 @translates(aten.new_empty_strided.default)
 def new_empty_strided(
     ctx, self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None
 ):
-    return fill(ctx, L.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
+    return fill(ctx, S.shape_arg(ctx, size), 0, _out_dtype(ctx, dtype))
 
 
 # ---------------------------------------------------------------------- eye, triangles
 def _steps_to(ctx, n) -> ir.Value:
     return ctx.op.Range(
-        ctx.const(0, torch.int64), L.as_0d(ctx, L.as_size(ctx, n)), ctx.const(1, torch.int64)
+        ctx.const(0, torch.int64), S.as_0d(ctx, S.as_size(ctx, n)), ctx.const(1, torch.int64)
     )
 
 
@@ -218,12 +219,12 @@ def eye(ctx, n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None
 
 def _triangle_indices(ctx, row, col, offset, upper: bool, dtype) -> ir.Value:
     dtype = _out_dtype(ctx, dtype)
-    if all(L.is_static(v) for v in (row, col, offset)):
+    if all(S.is_static(v) for v in (row, col, offset)):
         make = torch.triu_indices if upper else torch.tril_indices
         return ctx.op.Identity(ctx.const(make(row, col, offset), dtype))
     # NonZero lists coordinates in row-major order, the order torch uses.
-    shape = L.concat_sizes(ctx, [L.as_size(ctx, row), L.as_size(ctx, col)])
-    ones = L.constant_of_shape(ctx, shape, 1, torch.int64)
+    shape = S.concat_sizes(ctx, [S.as_size(ctx, row), S.as_size(ctx, col)])
+    ones = S.constant_of_shape(ctx, shape, 1, torch.int64)
     mask = ctx.op.Trilu(ones, ctx.scalar(offset), upper=int(upper))
     return ctx.cast(ctx.op.NonZero(mask), dtype)
 

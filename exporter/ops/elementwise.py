@@ -19,7 +19,7 @@ import torch
 from exporter import _dtypes
 from exporter.ops import _formulas as F
 from exporter.ops import _kernels
-from exporter.ops import _layout as L
+from exporter.ops import _shape as S
 from exporter.ops._kernels import call
 from exporter.ops._opsets import INTRODUCED_IN
 from exporter.ops._registry import translates
@@ -62,7 +62,7 @@ def _full_like(ctx, x: ir.Value, value: Any, dtype: torch.dtype) -> ir.Value:
         value = bool(value)
     else:
         value = int(value)
-    return L.constant_of_shape(ctx, shape, value, dtype)
+    return S.constant_of_shape(ctx, shape, value, dtype)
 
 
 def _isinf(ctx, x: ir.Value, **attributes: Any) -> ir.Value:

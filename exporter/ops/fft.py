@@ -17,8 +17,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
-from exporter.ops import _numerics as nx
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -69,15 +68,7 @@ def _dims(dim: Any, rank: int, default: list[int] | None = None) -> list[int]:
         dims = default if default is not None else list(range(rank))
     else:
         dims = [dim] if isinstance(dim, int) else list(dim)
-    return [d % rank for d in dims]
-
-
-def _size(ctx, x: ir.Value, ax: int) -> int | ir.Value:
-    """Length of logical axis ``ax``: an int when static, else a 1-D int64 value."""
-    size = nx.static_dim(ctx, x, ax)
-    if size is not None:
-        return size
-    return ctx.op.Shape(x, start=ax, end=ax + 1)
+    return [S.axis(d, rank) for d in dims]
 
 
 def _ints(ctx, n: int | ir.Value) -> ir.Value:
@@ -189,7 +180,7 @@ def fft_r2c(ctx, self, dim, normalization, onesided):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims]
     return _finish(ctx, _r2c(ctx, signal, dims, lengths, normalization, onesided))
 
 
@@ -198,7 +189,7 @@ def fft_c2c(ctx, self, dim, normalization, forward):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims]
     return _finish(ctx, _c2c(ctx, signal, dims, lengths, normalization, forward))
 
 
@@ -207,7 +198,7 @@ def fft_c2r(ctx, self, dim, normalization, last_dim_size):
     rank = _logical_rank(ctx, self)
     dims = _dims(dim, rank)
     signal, _ = _as_signal(ctx, self)
-    lengths = [_size(ctx, self, ax) for ax in dims[:-1]] + [last_dim_size]
+    lengths = [S.dim_size(ctx, self, ax) for ax in dims[:-1]] + [last_dim_size]
     return _finish(ctx, _c2r(ctx, signal, dims, rank, last_dim_size, lengths, normalization))
 
 
@@ -244,7 +235,7 @@ def _fftn(ctx, self, s, dim, norm, forward, default_dims=None):
     signal, is_complex = _as_signal(ctx, self)
     lengths = []
     for ax, n in zip(dims, sizes):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     if not is_complex:
@@ -260,7 +251,7 @@ def _rfftn(ctx, self, s, dim, norm, default_dims=None):
     signal, _ = _as_signal(ctx, self)
     lengths = []
     for ax, n in zip(dims, sizes):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     return _r2c(ctx, signal, dims, lengths, _mode(norm, True), onesided=True)
@@ -277,11 +268,11 @@ def _irfftn(ctx, self, s, dim, norm, default_dims=None, conjugate=False):
         signal = _conj(ctx, signal)
     lengths = []
     for ax, n in zip(dims[:-1], sizes[:-1]):
-        current = _size(ctx, self, ax)
+        current = S.dim_size(ctx, self, ax)
         signal = _resize(ctx, signal, ax, current, n, rank + 1)
         lengths.append(current if n is None else n)
     last = dims[-1]
-    half = _size(ctx, self, last)
+    half = S.dim_size(ctx, self, last)
     out_size = sizes[-1]
     if out_size is None:
         out_size = (
@@ -401,7 +392,7 @@ def _shift(ctx, self, dim, inverse):
     rank = _logical_rank(ctx, self)
     x = self
     for ax in _dims(dim, rank) if rank else []:
-        n = _size(ctx, self, ax)
+        n = S.dim_size(ctx, self, ax)
         # fftshift moves the last n//2 entries to the front; ifftshift the last (n+1)//2.
         if isinstance(n, int):
             split = ctx.const([n // 2 if inverse else (n + 1) // 2], i64)
@@ -553,7 +544,7 @@ def stft_center(
         pads[rank - 1] = pad
         pads[2 * rank - 1] = pad
         x = ctx.op.Pad(self, ctx.const(pads, i64), mode=mode)
-        nx.annotate(ctx, x, _padded_meta(ctx, self, pad))
+        S.annotate(ctx, x, _padded_meta(ctx, self, pad))
     return _stft(
         ctx,
         x,
@@ -602,7 +593,7 @@ def istft(
     spectrum = ctx.op.Transpose(spectrum, perm=[0, 2, 1, 3])  # [B, frames, bins, 2]
     if normalized:
         spectrum = ctx.op.Mul(spectrum, ctx.const(math.sqrt(n_fft), _WORK))
-    bins = _size(ctx, self, rank - 2)
+    bins = S.dim_size(ctx, self, rank - 2)
     spectrum = _resize(ctx, spectrum, 2, bins, n_fft // 2 + 1, 4)
     frames = _c2r(ctx, spectrum, [2], 3, n_fft, [n_fft], _BY_N)  # [B, frames, n_fft]
     if window is None:
@@ -614,7 +605,7 @@ def istft(
         window = ctx.op.Pad(window, ctx.const([left, n_fft - win - left], i64))
     frames = ctx.op.Mul(frames, window)
     # Overlap-add: sample t of frame f lands at f * hop + t.
-    count = _ints(ctx, _size(ctx, self, rank - 1))
+    count = _ints(ctx, S.dim_size(ctx, self, rank - 1))
     frame_ids = ctx.op.Range(
         ctx.const(0, i64), ctx.op.Squeeze(count, ctx.const([0], i64)), ctx.const(1, i64)
     )
@@ -634,7 +625,7 @@ def istft(
     )
     values = ctx.op.Reshape(frames, ctx.op.Concat(batch, ctx.const([-1], i64), axis=0))
     signal = ctx.op.ScatterElements(
-        L.constant_of_shape(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
+        S.constant_of_shape(ctx, ctx.op.Concat(batch, total, axis=0), 0.0, _WORK),
         index,
         values,
         axis=1,
@@ -647,7 +638,7 @@ def istft(
         ctx.const([-1], i64),
     )
     envelope = ctx.op.ScatterElements(
-        L.constant_of_shape(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
+        S.constant_of_shape(ctx, total, 0.0, _WORK), flat_index, squares, axis=0, reduction="add"
     )
     start = n_fft // 2 if center else 0
     if length is not None:

@@ -21,7 +21,7 @@ import math
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -99,7 +99,7 @@ def _xor_reduce(ctx, bits: ir.Value, axes: list[int] | None, keepdim: bool, rank
     plane_axis = 0
     if rank > 0:
         reduced = list(range(rank)) if axes is None else axes
-        planes = nx.reduce(ctx, "ReduceSum", planes, reduced, keepdim)
+        planes = R.reduce(ctx, "ReduceSum", planes, reduced, keepdim)
         plane_axis = rank if keepdim else rank - len(reduced)
     parity = ctx.op.Mod(planes, ctx.const(2, i64))
     # Reassemble 32 bits at a time: onnxruntime's int64 ReduceSum is only exact below 2**53.
@@ -109,7 +109,7 @@ def _xor_reduce(ctx, bits: ir.Value, axes: list[int] | None, keepdim: bool, rank
             parity, ctx.const([start], i64), ctx.const([start + 32], i64), ctx.const([-1], i64)
         )
         weights = ctx.const([2**k for k in range(32)], i64)
-        halves.append(nx.reduce(ctx, "ReduceSum", ctx.op.Mul(bits, weights), [plane_axis], False))
+        halves.append(R.reduce(ctx, "ReduceSum", ctx.op.Mul(bits, weights), [plane_axis], False))
     low, high = halves
     high = ctx.op.BitShift(
         ctx.cast(high, torch.uint64), ctx.const(32, torch.uint64), direction="LEFT"
@@ -132,4 +132,4 @@ def hash_tensor(ctx, self, dim=(), *, keepdim=False, mode=0):
     else:
         bits = ctx.cast(self, i64)
     rank = ctx.rank(self)
-    return ctx.cast(_xor_reduce(ctx, bits, nx.reduce_axes(dim, rank), keepdim, rank), torch.uint64)
+    return ctx.cast(_xor_reduce(ctx, bits, R.reduce_axes(dim, rank), keepdim, rank), torch.uint64)

@@ -15,8 +15,9 @@ import math
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
 
@@ -112,8 +113,8 @@ def _outer_edges(ctx, column, points: int | None, low: float | None, high: float
         if low == high:
             low, high = low - 0.5, high + 0.5
         return ctx.const(low, work), ctx.const(high, work)
-    low = nx.reduce(ctx, "ReduceMin", column, [0], False)
-    high = nx.reduce(ctx, "ReduceMax", column, [0], False)
+    low = R.reduce(ctx, "ReduceMin", column, [0], False)
+    high = R.reduce(ctx, "ReduceMax", column, [0], False)
     if points is None or points == 0:
         empty = ctx.op.Equal(ctx.op.Size(column), ctx.const(0, i64))
         low = ctx.op.Where(empty, ctx.const(0.0, work), low)
@@ -140,7 +141,7 @@ def _searched_bins(ctx, column: ir.Value, edges: ir.Value, bin_count: ir.Value):
     below = ctx.op.LessOrEqual(
         ctx.op.Unsqueeze(edges, ctx.const([0], i64)), ctx.op.Unsqueeze(column, ctx.const([1], i64))
     )
-    found = nx.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [1], False)
+    found = R.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [1], False)
     last = ctx.op.Sub(bin_count, ctx.const(1, i64))
     index = ctx.op.Min(ctx.op.Sub(found, ctx.const(1, i64)), last)
     low = ctx.op.Gather(edges, ctx.const(0, i64), axis=0)
@@ -151,7 +152,7 @@ def _searched_bins(ctx, column: ir.Value, edges: ir.Value, bin_count: ir.Value):
 
 def _bin_count_of(ctx, edges: ir.Value) -> ir.Value | int:
     """Number of bins between 1-D ``edges``: a Python int when static, else a 0-d value."""
-    size = nx.static_dim(ctx, edges, 0)
+    size = S.static_dim(ctx, edges, 0)
     if size is not None:
         return size - 1
     return ctx.op.Sub(ctx.op.Squeeze(ctx.op.Shape(edges), ctx.const([0], i64)), ctx.const(1, i64))
@@ -180,7 +181,7 @@ def _accumulate(ctx, indices, insides, bin_counts, weight, work):
         shape = ctx.ints(list(bin_counts))
     flat = ctx.op.Where(inside, flat, total)
     slots = ctx.op.Add(total, ctx.const(1, i64))
-    zeros = L.constant_of_shape(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
+    zeros = S.constant_of_shape(ctx, ctx.op.Reshape(slots, ctx.const([1], i64)), 0, work)
     if weight is None:
         weight = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(flat))
     else:
@@ -207,7 +208,7 @@ def _density(ctx, hist: ir.Value, edges: list[ir.Value]) -> ir.Value:
 
 def _from_bin_counts(ctx, self, bins, range, weight, density):
     """(hist, edges) in the work dtype for per-dimension bin counts."""
-    work = nx.float_work(ctx.dtype(self))
+    work = R.float_work(ctx.dtype(self))
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     points = _point_count(ctx, self, len(bins))
     edges, indices, insides = [], [], []
@@ -226,7 +227,7 @@ def _from_bin_counts(ctx, self, bins, range, weight, density):
 
 def _from_bin_edges(ctx, self, bins, weight, density):
     """hist in the work dtype for explicit per-dimension edges."""
-    work = nx.float_work(ctx.dtype(self))
+    work = R.float_work(ctx.dtype(self))
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     edges = [ctx.cast(b, work) for b in bins]
     counts = [_bin_count_of(ctx, e) for e in edges]
@@ -259,7 +260,7 @@ def histogram_edges(ctx, self, bins, *, weight=None, density=False):
 @translates(aten._histogramdd_bin_edges.default)
 def histogramdd_bin_edges(ctx, self, bins, *, range=None, weight=None, density=False):
     out = ctx.dtype(self)
-    work = nx.float_work(out)
+    work = R.float_work(out)
     columns = _columns(ctx, ctx.cast(self, work), len(bins))
     points = _point_count(ctx, self, len(bins))
     edges = []

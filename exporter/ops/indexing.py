@@ -15,7 +15,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops import _kernels
-from exporter.ops import _layout as L
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -82,7 +82,7 @@ class _Plan:
 
 
 def plan_indices(ctx, x: ir.Value, indices) -> _Plan:
-    rank = L.rank_of(ctx, x)
+    rank = S.rank_of(ctx, x)
     axes, values, ranks, shapes = [], [], [], []
     dim = 0
     for idx in indices:
@@ -90,7 +90,7 @@ def plan_indices(ctx, x: ir.Value, indices) -> _Plan:
             dim += 1
             continue
         if _bool_like(ctx, idx):
-            k = L.rank_of(ctx, idx)
+            k = S.rank_of(ctx, idx)
             if k == 0:
                 raise ValueError(
                     "indexing with a 0-d boolean tensor is not supported; use "
@@ -108,7 +108,7 @@ def plan_indices(ctx, x: ir.Value, indices) -> _Plan:
             continue
         axes.append(dim)
         values.append(ctx.cast(idx, torch.int64))
-        ranks.append(L.rank_of(ctx, idx))
+        ranks.append(S.rank_of(ctx, idx))
         shapes.append(ctx.shape(idx))
         dim += 1
     if dim > rank:
@@ -119,7 +119,7 @@ def plan_indices(ctx, x: ir.Value, indices) -> _Plan:
 
 
 def _broadcast_shape(ctx, plan: _Plan) -> ir.Value:
-    if all(s is not None and all(L.is_static(d) for d in s) for s in plan.index_shapes):
+    if all(s is not None and all(S.is_static(d) for d in s) for s in plan.index_shapes):
         return ctx.const(list(torch.broadcast_shapes(*plan.index_shapes)), torch.int64)
     # Expand broadcasts both ways, so expanding one index by the others' shapes yields the
     # common shape even when some of them are only known at run time.
@@ -144,7 +144,7 @@ def _moved_front(ctx, x: ir.Value, plan: _Plan) -> ir.Value:
 def _clamp_in_range(ctx, x: ir.Value, plan: _Plan) -> None:
     """Clamp indices into [-size, size-1]: masked indexing may carry junk where masked off."""
     for i, axis_ in enumerate(plan.axes):
-        size = L.as_0d(ctx, L.dim_size(ctx, x, axis_))
+        size = S.as_0d(ctx, S.dim_size(ctx, x, axis_))
         low = ctx.op.Neg(size)
         high = ctx.op.Sub(size, ctx.const(1, torch.int64))
         plan.indices[i] = ctx.op.Min(ctx.op.Max(plan.indices[i], low), high)
@@ -158,7 +158,7 @@ def index_tensor(ctx, x: ir.Value, indices, *, clamp: bool = False) -> ir.Value:
         # One index tensor: Gather puts its dims exactly where torch does.
         only = indices[[i for i, v in enumerate(indices) if v is not None][0]]
         if _bool_like(ctx, only):
-            return L.data_op(
+            return _kernels.data_op(
                 ctx, "Compress", "Compress", x, ctx.cast(only, torch.bool), axis=plan.axes[0]
             )
         return ctx.op.Gather(x, plan.indices[0], axis=plan.axes[0])
@@ -185,7 +185,7 @@ def _mask_fill_plan(ctx, x, indices, values, accumulate) -> tuple[ir.Value, int]
     if len(given) != 1 or not _bool_like(ctx, given[0][1]):
         return None
     shape = ctx.shape(values)
-    if shape is None or not all(L.is_static(d) and d == 1 for d in shape):
+    if shape is None or not all(S.is_static(d) and d == 1 for d in shape):
         return None
     return given[0][1], given[0][0]
 
@@ -198,12 +198,12 @@ def index_put_impl(
     values = ctx.cast(values, dtype)
     if fill is not None:
         mask, position = fill
-        trailing = L.rank_of(ctx, x) - position - L.rank_of(ctx, mask)
+        trailing = S.rank_of(ctx, x) - position - S.rank_of(ctx, mask)
         mask = ctx.cast(mask, torch.bool)
         if trailing:
             mask = ctx.op.Unsqueeze(mask, list(range(-trailing, 0)))
         scalar = ctx.op.Reshape(values, [])
-        return L.where(ctx, mask, scalar, x)
+        return _kernels.where(ctx, mask, scalar, x)
     plan = plan_indices(ctx, x, indices)
     if clamp:
         _clamp_in_range(ctx, x, plan)
@@ -212,13 +212,13 @@ def index_put_impl(
     rest = [d for d in range(plan.rank) if d not in plan.axes]
     perm = plan.result_perm
     if perm is None:
-        pieces = [batch, *[L.dim_size(ctx, x, d) for d in rest]]
+        pieces = [batch, *[S.dim_size(ctx, x, d) for d in rest]]
     else:
-        before = [L.dim_size(ctx, x, d) for d in range(plan.axes[0])]
-        after = [L.dim_size(ctx, x, d) for d in range(plan.axes[-1] + 1, plan.rank)]
+        before = [S.dim_size(ctx, x, d) for d in range(plan.axes[0])]
+        after = [S.dim_size(ctx, x, d) for d in range(plan.axes[-1] + 1, plan.rank)]
         pieces = [*before, batch, *after]
     # Values broadcast to the shape x[indices] has in torch's order ...
-    updates = ctx.op.Expand(values, L.concat_sizes(ctx, pieces))
+    updates = ctx.op.Expand(values, S.concat_sizes(ctx, pieces))
     if perm is not None:
         # ... then move to ScatterND's (batch, rest) order.
         updates = ctx.op.Transpose(updates, perm=[perm.index(i) for i in range(len(perm))])
@@ -257,19 +257,19 @@ def unsafe_masked_index(ctx, self, mask, indices, fill):
     gathered = index_tensor(ctx, self, indices, clamp=True)
     dtype = ctx.dtype(self)
     fill = ctx.cast(fill, dtype) if isinstance(fill, ir.Value) else ctx.const(fill, dtype)
-    return L.where(ctx, mask, gathered, fill)
+    return _kernels.where(ctx, mask, gathered, fill)
 
 
 @translates(aten._unsafe_masked_index_put_accumulate.default)
 def unsafe_masked_index_put_accumulate(ctx, self, mask, indices, values):
     dtype = ctx.dtype(self)
-    values = L.where(ctx, mask, ctx.cast(values, dtype), ctx.const(0, dtype))
+    values = _kernels.where(ctx, mask, ctx.cast(values, dtype), ctx.const(0, dtype))
     return index_put_impl(ctx, self, indices, values, True, clamp=True)
 
 
 # ----------------------------------------------------------------------- gather family
 def _at_least_1d(ctx, x: ir.Value) -> ir.Value:
-    return ctx.op.Reshape(x, [1]) if L.rank_of(ctx, x) == 0 else x
+    return ctx.op.Reshape(x, [1]) if S.rank_of(ctx, x) == 0 else x
 
 
 def _back_to_0d(ctx, result: ir.Value, was_0d: bool) -> ir.Value:
@@ -278,12 +278,12 @@ def _back_to_0d(ctx, result: ir.Value, was_0d: bool) -> ir.Value:
 
 @translates(aten.gather.default)
 def gather(ctx, self, dim, index, *, sparse_grad=False):
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
-    if L.rank_of(ctx, index) != max(rank, 1) and rank != L.rank_of(ctx, index):
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
+    if S.rank_of(ctx, index) != max(rank, 1) and rank != S.rank_of(ctx, index):
         # torch lets an empty index of any rank through; the result is empty like it.
-        return L.constant_of_shape(ctx, ctx.op.Shape(index), 0, ctx.dtype(self))
-    scalar = rank == 0 and L.rank_of(ctx, index) == 0
+        return S.constant_of_shape(ctx, ctx.op.Shape(index), 0, ctx.dtype(self))
+    scalar = rank == 0 and S.rank_of(ctx, index) == 0
     index = ctx.cast(index, torch.int64)
     out = ctx.op.GatherElements(
         _at_least_1d(ctx, self), ctx.op.Reshape(index, [1]) if scalar else index, axis=axis_
@@ -293,10 +293,10 @@ def gather(ctx, self, dim, index, *, sparse_grad=False):
 
 @translates(aten.index_select.default)
 def index_select(ctx, self, dim, index):
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
     index = ctx.cast(index, torch.int64)
-    if L.rank_of(ctx, index) != 1:
+    if S.rank_of(ctx, index) != 1:
         index = _flat(ctx, index)
     out = ctx.op.Gather(_at_least_1d(ctx, self), index, axis=axis_)
     return _back_to_0d(ctx, out, rank == 0)
@@ -312,16 +312,16 @@ def take_along_dim(ctx, self, indices, dim=None):
     indices = ctx.cast(indices, torch.int64)
     if dim is None:
         return ctx.op.GatherElements(_flat(ctx, self), _flat(ctx, indices), axis=0)
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
     # Broadcast every dim but ``dim`` (1 there keeps each tensor's own size).
-    data_target = L.concat_sizes(
-        ctx, [1 if i == axis_ else L.dim_size(ctx, indices, i) for i in range(rank)]
+    data_target = S.concat_sizes(
+        ctx, [1 if i == axis_ else S.dim_size(ctx, indices, i) for i in range(rank)]
     )
-    index_target = L.concat_sizes(
-        ctx, [1 if i == axis_ else L.dim_size(ctx, self, i) for i in range(rank)]
+    index_target = S.concat_sizes(
+        ctx, [1 if i == axis_ else S.dim_size(ctx, self, i) for i in range(rank)]
     )
-    data = L.data_op(ctx, "Expand", "Expand", self, data_target)
+    data = _kernels.data_op(ctx, "Expand", "Expand", self, data_target)
     return ctx.op.GatherElements(data, ctx.op.Expand(indices, index_target), axis=axis_)
 
 
@@ -331,16 +331,16 @@ def _updates_for(ctx, src, index: ir.Value, dtype: torch.dtype) -> ir.Value:
     if not isinstance(src, ir.Value):
         return ctx.op.Expand(ctx.const(src, dtype), ctx.op.Shape(index))
     src = ctx.cast(src, dtype)
-    if L.rank_of(ctx, src) == 0:
+    if S.rank_of(ctx, src) == 0:
         return ctx.op.Expand(src, ctx.op.Shape(index))
     src_shape, index_shape = ctx.shape(src), ctx.shape(index)
     if (
         src_shape is not None
         and index_shape is not None
-        and all(L.size_expr(a) == L.size_expr(b) for a, b in zip(src_shape, index_shape))
+        and all(S.size_expr(a) == S.size_expr(b) for a, b in zip(src_shape, index_shape))
     ):
         return src
-    rank = L.rank_of(ctx, src)
+    rank = S.rank_of(ctx, src)
     return ctx.op.Slice(src, [0] * rank, ctx.op.Shape(index), list(range(rank)))
 
 
@@ -394,14 +394,14 @@ def _scatter_minmax_dense(ctx, x, axis_, index, updates, reduce, include_self):
     index.numel() * x.size(axis), so it is a fallback only."""
     dtype = ctx.dtype(x)
     if ctx.meta(x) is not None:
-        rank, size = L.rank_of(ctx, x), L.dim_size(ctx, x, axis_)
+        rank, size = S.rank_of(ctx, x), S.dim_size(ctx, x, axis_)
     else:  # a 0-d input seen as shape (1,)
         rank, size = 1, ctx.op.Shape(x, start=axis_, end=axis_ + 1)
     reducer = ctx.op.ReduceMax if reduce == "amax" else ctx.op.ReduceMin
-    slots = ctx.op.Range(ctx.const(0, torch.int64), L.as_0d(ctx, size), ctx.const(1, torch.int64))
+    slots = ctx.op.Range(ctx.const(0, torch.int64), S.as_0d(ctx, size), ctx.const(1, torch.int64))
     hits = ctx.op.Equal(ctx.op.Unsqueeze(index, [rank]), slots)  # index.shape + [size]
     fill = ctx.const(_identity(reduce, dtype), dtype)
-    candidates = L.where(ctx, hits, ctx.op.Unsqueeze(updates, [rank]), fill)
+    candidates = _kernels.where(ctx, hits, ctx.op.Unsqueeze(updates, [rank]), fill)
     swap = list(range(rank + 1))
     swap[axis_], swap[rank] = rank, axis_
 
@@ -419,7 +419,7 @@ def _scatter_minmax_dense(ctx, x, axis_, index, updates, reduce, include_self):
     written = ctx.cast(ctx.op.Pad(written, pads, ctx.const(0, torch.int32)), torch.bool)
     if include_self:
         best = (ctx.op.Max if reduce == "amax" else ctx.op.Min)(best, x)
-    return L.where(ctx, written, best, x)
+    return _kernels.where(ctx, written, best, x)
 
 
 def _scatter_mean(ctx, x, axis_, index, updates, include_self):
@@ -443,8 +443,8 @@ def _scatter_mean(ctx, x, axis_, index, updates, include_self):
 
 
 def _scatter_entry(ctx, self, dim, index, src, reduce=None, include_self=True):
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
     scalar = rank == 0
     index = ctx.cast(index, torch.int64)
     updates = _updates_for(ctx, src, index, ctx.dtype(self))
@@ -481,8 +481,8 @@ def scatter_reduce(ctx, self, dim, index, src, reduce, *, include_self=True):
 # ------------------------------------------------------------------ index_* along a dim
 def _along(ctx, self, dim, index, source):
     """Inputs of index_add/copy/reduce as ScatterElements operands of rank >= 1."""
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
     x = _at_least_1d(ctx, self)
     source = _at_least_1d(ctx, ctx.cast(source, ctx.dtype(self)))
     shape = [1] * max(rank, 1)
@@ -518,11 +518,11 @@ def index_reduce(ctx, self, dim, index, source, reduce, *, include_self=True):
 
 @translates(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(ctx, self, dim, index, value):
-    rank = L.rank_of(ctx, self)
-    axis_ = L.axis(dim, rank)
-    size = L.dim_size(ctx, self, axis_) if rank else 1
+    rank = S.rank_of(ctx, self)
+    axis_ = S.axis(dim, rank)
+    size = S.dim_size(ctx, self, axis_) if rank else 1
     # A per-slot flag along ``dim`` (scatter tolerates repeated and negative indices).
-    flags = L.constant_of_shape(ctx, L.as_1d(ctx, size), 0, torch.uint8)
+    flags = S.constant_of_shape(ctx, S.as_1d(ctx, size), 0, torch.uint8)
     index = _flat(ctx, ctx.cast(index, torch.int64))
     ones = ctx.op.Expand(ctx.const([1], torch.uint8), ctx.op.Shape(index))
     flags = ctx.cast(ctx.op.ScatterElements(flags, index, ones, axis=0), torch.bool)
@@ -534,7 +534,7 @@ def index_fill(ctx, self, dim, index, value):
         flags = ctx.op.Reshape(flags, [])
     dtype = ctx.dtype(self)
     fill = ctx.cast(value, dtype) if isinstance(value, ir.Value) else ctx.const(value, dtype)
-    return L.where(ctx, flags, fill, self)
+    return _kernels.where(ctx, flags, fill, self)
 
 
 # ----------------------------------------------------------------------------- masks
@@ -542,13 +542,13 @@ def index_fill(ctx, self, dim, index, value):
 def masked_fill(ctx, self, mask, value):
     dtype = ctx.dtype(self)
     fill = ctx.cast(value, dtype) if isinstance(value, ir.Value) else ctx.const(value, dtype)
-    return L.where(ctx, ctx.cast(mask, torch.bool), fill, self)
+    return _kernels.where(ctx, ctx.cast(mask, torch.bool), fill, self)
 
 
 def _broadcast_pair(ctx, a, b):
-    shape = L.out_shape(ctx)
-    target = L.target_shape(ctx, shape, [a, b])
-    return target, [L.data_op(ctx, "Expand", "Expand", v, target) for v in (a, b)]
+    shape = S.out_shape(ctx)
+    target = S.target_shape(ctx, shape, [a, b])
+    return target, [_kernels.data_op(ctx, "Expand", "Expand", v, target) for v in (a, b)]
 
 
 @translates(aten.masked_scatter.default)
@@ -562,23 +562,25 @@ def masked_scatter(ctx, self, mask, source):
     # One spare element keeps the gather in range when source is empty (no True in mask).
     pool = ctx.op.Concat(_flat(ctx, ctx.cast(source, dtype)), ctx.const([0], dtype), axis=0)
     picked = ctx.op.Gather(pool, position, axis=0)
-    return ctx.op.Reshape(L.where(ctx, flags, picked, data), target, allowzero=1)
+    return ctx.op.Reshape(_kernels.where(ctx, flags, picked, data), target, allowzero=1)
 
 
 @translates(aten.masked_select.default)
 def masked_select(ctx, self, mask):
     _, (data, flags) = _broadcast_pair_for_select(ctx, self, ctx.cast(mask, torch.bool))
-    return L.data_op(ctx, "Compress", "Compress", _flat(ctx, data), _flat(ctx, flags), axis=0)
+    return _kernels.data_op(
+        ctx, "Compress", "Compress", _flat(ctx, data), _flat(ctx, flags), axis=0
+    )
 
 
 def _broadcast_pair_for_select(ctx, a, b):
     # masked_select's output is 1-D, so the broadcast shape comes from the inputs' metadata.
     shapes = [ctx.shape(a), ctx.shape(b)]
-    if all(s is not None and all(L.is_static(d) for d in s) for s in shapes):
+    if all(s is not None and all(S.is_static(d) for d in s) for s in shapes):
         target = ctx.const(list(torch.broadcast_shapes(*shapes)), torch.int64)
     else:
-        target = ctx.op.Shape(L.data_op(ctx, "Expand", "Expand", a, ctx.op.Shape(b)))
-    return target, [L.data_op(ctx, "Expand", "Expand", v, target) for v in (a, b)]
+        target = ctx.op.Shape(_kernels.data_op(ctx, "Expand", "Expand", a, ctx.op.Shape(b)))
+    return target, [_kernels.data_op(ctx, "Expand", "Expand", v, target) for v in (a, b)]
 
 
 # --------------------------------------------------------------------------- nonzero
@@ -596,17 +598,17 @@ def nonzero_coords(ctx, x: ir.Value) -> ir.Value:
 
 @translates(aten.nonzero.default, aten.argwhere.default)
 def nonzero(ctx, self):
-    if L.rank_of(ctx, self) == 0:
+    if S.rank_of(ctx, self) == 0:
         # torch gives shape (1, 0) for a nonzero scalar and (0, 0) otherwise.
         count = ctx.op.Size(nonzero_coords(ctx, ctx.op.Reshape(self, [1])))
         shape = ctx.op.Concat(ctx.op.Reshape(count, [1]), ctx.const([0], torch.int64), axis=0)
-        return L.constant_of_shape(ctx, shape, 0, torch.int64)
+        return S.constant_of_shape(ctx, shape, 0, torch.int64)
     return ctx.op.Transpose(nonzero_coords(ctx, self), perm=[1, 0])
 
 
 @translates(aten.nonzero_numpy.default)
 def nonzero_numpy(ctx, self):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     coords = nonzero_coords(ctx, self if rank else ctx.op.Reshape(self, [1]))
     return tuple(
         ctx.op.Gather(coords, ctx.const(i, torch.int64), axis=0) for i in range(max(rank, 1))
@@ -615,7 +617,7 @@ def nonzero_numpy(ctx, self):
 
 @translates(aten.nonzero_static.default)
 def nonzero_static(ctx, self, *, size, fill_value=-1):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     if rank == 0:
         found = nonzero(ctx, self)
     else:
@@ -639,7 +641,7 @@ def put(ctx, self, index, source, accumulate=False):
         0,
         "add" if accumulate else None,
     )
-    return ctx.op.Reshape(out, L.shape_value(ctx, self), allowzero=1)
+    return ctx.op.Reshape(out, S.shape_value(ctx, self), allowzero=1)
 
 
 @translates(aten.where.default)

@@ -14,12 +14,13 @@ import math
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops import _subgraph
-from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value
 from exporter.ops.reduction import vector_norm
 
 aten = torch.ops.aten
@@ -29,7 +30,7 @@ i64 = torch.int64
 # --------------------------------------------------------------------------------- guards
 def _matrix_size(ctx, a, rank):
     """(static n or None, 0-d int64 n) of the last axis of ``a``."""
-    n_static = nx.static_dim(ctx, a, rank - 1) if ctx.meta(a) is not None else None
+    n_static = S.static_dim(ctx, a, rank - 1) if ctx.meta(a) is not None else None
     if n_static is None:
         n = ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
     else:
@@ -49,7 +50,7 @@ def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
 def _identity_like(ctx, a, work):
     """Identity matrices shaped like ``a`` ([..., n, n])."""
     rank = ctx.rank(a)
-    square = L.constant_of_shape(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
+    square = S.constant_of_shape(ctx, ctx.op.Shape(a, start=rank - 2), 0.0, work)
     eye = ctx.op.EyeLike(square)
     eye.dtype = square.dtype
     return ctx.op.Expand(eye, ctx.op.Shape(a))
@@ -101,7 +102,7 @@ def logdet(ctx, self):
 
 # -------------------------------------------------------------------------------- inverse
 def _inverse(ctx, a, with_info):
-    work = nx.float_work(ctx.dtype(a))
+    work = R.float_work(ctx.dtype(a))
     rhs = _identity_like(ctx, ctx.cast(a, work), work)
     _, inverse, _, _, info = la.gauss_jordan(ctx, a, rhs, "none", with_info)
     return ctx.cast(inverse, ctx.dtype(a)), info
@@ -141,7 +142,7 @@ def _linalg_solve_ex(ctx, A, B, *, left=True, check_errors=False):
 # --------------------------------------------------------------------- triangular systems
 def _triangle(ctx, A, upper, unitriangular):
     """Only the triangle a triangular solver reads (with a unit diagonal if asked)."""
-    work = nx.float_work(ctx.dtype(A))
+    work = R.float_work(ctx.dtype(A))
     a = ctx.op.Trilu(ctx.cast(A, work), upper=int(bool(upper)))
     if unitriangular:
         eye = _identity_like(ctx, A, work)
@@ -169,15 +170,15 @@ def triangular_solve(ctx, self, A, upper=True, transpose=False, unitriangular=Fa
 def _cholesky(ctx, A, upper, with_info):
     """Cholesky-Banachiewicz, one column per step: L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j]."""
     rank = ctx.rank(A)
-    work = nx.float_work(ctx.dtype(A))
+    work = R.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     ra, ca = rank - 2, rank - 1
     n_static, n = _matrix_size(ctx, A, rank)
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     row_ids = ctx.op.Unsqueeze(ids, ctx.const([1], i64))  # [n, 1]
     col_ids = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
-    lower = L.constant_of_shape(ctx, ctx.op.Shape(a), 0.0, work)
-    info = L.constant_of_shape(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
+    lower = S.constant_of_shape(ctx, ctx.op.Shape(a), 0.0, work)
+    info = S.constant_of_shape(ctx, ctx.op.Shape(a, start=0, end=rank - 2), 0, torch.int32)
     info = info if with_info else None
 
     def step(c, k, states):
@@ -237,11 +238,11 @@ def cholesky_solve(ctx, self, input2, upper=False):
 
 @translates(aten.cholesky_inverse.default)
 def cholesky_inverse(ctx, self, upper=False):
-    matrix = _from_factor(ctx, ctx.cast(self, nx.float_work(ctx.dtype(self))), upper)
-    rhs = _identity_like(ctx, self, nx.float_work(ctx.dtype(self)))
+    matrix = _from_factor(ctx, ctx.cast(self, R.float_work(ctx.dtype(self))), upper)
+    rhs = _identity_like(ctx, self, R.float_work(ctx.dtype(self)))
     rank = ctx.rank(self)
     _, inverse, _, _, _ = la.gauss_jordan(
-        ctx, matrix, rhs, "none", False, rank, nx.static_dim(ctx, self, rank - 1)
+        ctx, matrix, rhs, "none", False, rank, S.static_dim(ctx, self, rank - 1)
     )
     return ctx.cast(inverse, ctx.out_dtype)
 
@@ -251,7 +252,7 @@ def cholesky_inverse(ctx, self, upper=False):
 def linalg_cross(ctx, self, other, *, dim=-1):
     a, b = ctx.promote(self, other, dtype=_arith_dtype(ctx.out_dtype))
     rank = max(ctx.rank(self), ctx.rank(other))
-    ax = dim % rank
+    ax = S.axis(dim, rank)
     a_rank, b_rank = ctx.rank(self), ctx.rank(other)
     a_ax = ax - (rank - a_rank)
     b_ax = ax - (rank - b_rank)
@@ -278,26 +279,26 @@ def cross(ctx, self, other, dim=None):
 @translates(aten.trace.default)
 def trace(ctx, self):
     out = ctx.out_dtype
-    work = nx.reduce_dtype("ReduceSum", out)
+    work = R.reduce_dtype("ReduceSum", out)
     x = ctx.cast(self, work)
     eye = ctx.op.EyeLike(x)
     eye.dtype = x.dtype
     diagonal = ctx.op.Mul(x, eye)
-    return ctx.cast(nx.reduce(ctx, "ReduceSum", diagonal, None, False), out)
+    return ctx.cast(R.reduce(ctx, "ReduceSum", diagonal, None, False), out)
 
 
 @translates(aten.linalg_vecdot.default)
 def linalg_vecdot(ctx, x, y, *, dim=-1):
     a, b = ctx.promote(x, y, dtype=ctx.out_dtype)
     rank = max(ctx.rank(x), ctx.rank(y))
-    work = nx.reduce_dtype("ReduceSum", ctx.out_dtype)
+    work = R.reduce_dtype("ReduceSum", ctx.out_dtype)
     product = ctx.op.Mul(ctx.cast(a, work), ctx.cast(b, work))
-    return ctx.cast(nx.reduce(ctx, "ReduceSum", product, [dim % rank], False), ctx.out_dtype)
+    return ctx.cast(R.reduce(ctx, "ReduceSum", product, [S.axis(dim, rank)], False), ctx.out_dtype)
 
 
 @translates(aten.dist.default)
 def dist(ctx, self, other, p=2):
-    a, b = ctx.promote(self, other, dtype=nx.float_work(ctx.out_dtype))
+    a, b = ctx.promote(self, other, dtype=R.float_work(ctx.out_dtype))
     return vector_norm(ctx, ctx.op.Sub(a, b), p, None, False, ctx.out_dtype)
 
 
@@ -305,7 +306,7 @@ def dist(ctx, self, other, p=2):
 def _pairwise_p(ctx, diff, p, axis, work):
     """p-norm over ``axis`` of pairwise differences."""
     if p == 0:
-        return nx.reduce(
+        return R.reduce(
             ctx,
             "ReduceSum",
             ctx.cast(ctx.op.Not(ctx.op.Equal(diff, ctx.const(0.0, work))), work),
@@ -313,13 +314,13 @@ def _pairwise_p(ctx, diff, p, axis, work):
             False,
         )
     if p == 1:
-        return nx.reduce(ctx, "ReduceL1", diff, [axis], False)
+        return R.reduce(ctx, "ReduceL1", diff, [axis], False)
     if p == 2:
-        return nx.reduce(ctx, "ReduceL2", diff, [axis], False)
+        return R.reduce(ctx, "ReduceL2", diff, [axis], False)
     if p == math.inf:
-        return nx.reduce(ctx, "ReduceMax", ctx.op.Abs(diff), [axis], False)
+        return R.reduce(ctx, "ReduceMax", ctx.op.Abs(diff), [axis], False)
     powered = ctx.op.Pow(ctx.op.Abs(diff), ctx.const(float(p), work))
-    return ctx.op.Pow(nx.reduce(ctx, "ReduceSum", powered, [axis], False), ctx.const(1.0 / p, work))
+    return ctx.op.Pow(R.reduce(ctx, "ReduceSum", powered, [axis], False), ctx.const(1.0 / p, work))
 
 
 def _uses_matmul(compute_mode, sizes) -> bool:
@@ -334,15 +335,15 @@ def _uses_matmul(compute_mode, sizes) -> bool:
 @translates(aten._cdist_forward.default)
 def cdist_forward(ctx, x1, x2, p, compute_mode=None):
     out = ctx.out_dtype
-    work = nx.float_work(out)
+    work = R.float_work(out)
     a, b = ctx.cast(x1, work), ctx.cast(x2, work)
     rank1, rank2 = ctx.rank(x1), ctx.rank(x2)
     shape1, shape2 = ctx.shape(x1), ctx.shape(x2)
     # Batch dims broadcast numpy-style, like MatMul and elementwise ops align them.
     if p == 2 and _uses_matmul(compute_mode, [shape1[-2], shape2[-2]]):
         # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b, clamped at 0 against rounding.
-        a_sq = nx.reduce(ctx, "ReduceSumSquare", a, [rank1 - 1], True)  # [..., P, 1]
-        b_sq = nx.reduce(ctx, "ReduceSumSquare", b, [rank2 - 1], True)  # [..., R, 1]
+        a_sq = R.reduce(ctx, "ReduceSumSquare", a, [rank1 - 1], True)  # [..., P, 1]
+        b_sq = R.reduce(ctx, "ReduceSumSquare", b, [rank2 - 1], True)  # [..., R, 1]
         perm2 = [*range(rank2 - 2), rank2 - 1, rank2 - 2]
         cross_term = ctx.op.MatMul(a, ctx.op.Transpose(b, perm=perm2))
         squared = ctx.op.Add(
@@ -372,13 +373,13 @@ def cdist(ctx, x1, x2, p=2.0, compute_mode=None):
 @translates(aten._pdist_forward.default, aten.pdist.default)
 def pdist_forward(ctx, self, p=2.0):
     out = ctx.out_dtype
-    work = nx.float_work(out)
+    work = R.float_work(out)
     x = ctx.cast(self, work)
     diff = ctx.op.Sub(
         ctx.op.Unsqueeze(x, ctx.const([1], i64)), ctx.op.Unsqueeze(x, ctx.const([0], i64))
     )  # [N, N, M]
     full = _pairwise_p(ctx, diff, p, 2, work)  # [N, N]
-    n = ctx.op.Squeeze(dim_size(ctx, self, 0), ctx.const([0], i64))
+    n = ctx.op.Squeeze(dim_value(ctx, self, 0), ctx.const([0], i64))
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     upper = ctx.op.Less(
         ctx.op.Unsqueeze(ids, ctx.const([1], i64)), ctx.op.Unsqueeze(ids, ctx.const([0], i64))

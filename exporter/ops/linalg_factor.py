@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -25,17 +25,17 @@ def _lu(ctx, A, with_info):
     """(LU packed, pivots int32 [..., k], info int32 [...], row order int64 [..., m])."""
     rank = ctx.rank(A)
     ra, ca = rank - 2, rank - 1
-    work = nx.float_work(ctx.dtype(A))
+    work = R.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     m, n, k, k_static = la.matrix_sizes(ctx, A, rank)
     row_ids = ctx.op.Unsqueeze(la.index_range(ctx, m), ctx.const([1], i64))  # [m, 1]
     col_ids = ctx.op.Unsqueeze(la.index_range(ctx, n), ctx.const([0], i64))  # [1, n]
     step_ids = la.index_range(ctx, k)  # [k]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
-    pivots = L.constant_of_shape(
+    pivots = S.constant_of_shape(
         ctx, ctx.op.Concat(batch, ctx.op.Reshape(k, ctx.const([1], i64)), axis=0), 0, i32
     )
-    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
+    info = S.constant_of_shape(ctx, batch, 0, i32) if with_info else None
     order = ctx.op.Expand(
         ctx.op.Squeeze(row_ids, ctx.const([1], i64)),
         ctx.op.Concat(batch, ctx.op.Reshape(m, ctx.const([1], i64)), axis=0),
@@ -168,7 +168,7 @@ def _rebuilt(ctx, LU, pivots):
     """A = P L U from packed square factors."""
     rank = ctx.rank(LU)
     order = _order_from_pivots(ctx, pivots, LU, rank)
-    p, lower, upper = _unpack(ctx, LU, LU, order, nx.float_work(ctx.dtype(LU)))
+    p, lower, upper = _unpack(ctx, LU, LU, order, R.float_work(ctx.dtype(LU)))
     return ctx.op.MatMul(p, ctx.op.MatMul(lower, upper))
 
 
@@ -246,7 +246,7 @@ def _reflectors_from_packed(ctx, packed, rank, work):
 def _q_from_packed(ctx, packed, tau, rank, work):
     """The full (m, m) Q of geqrf's packed reflectors and their ``tau`` (one per reflector)."""
     reflectors = _reflectors_from_packed(ctx, packed, rank, work)
-    k_static = nx.static_dim(ctx, tau, rank - 2)
+    k_static = S.static_dim(ctx, tau, rank - 2)
     k = (
         ctx.const(k_static, i64)
         if k_static is not None
@@ -259,7 +259,7 @@ def _q_from_packed(ctx, packed, tau, rank, work):
 @translates(aten.linalg_householder_product.default, aten.orgqr.default)
 def linalg_householder_product(ctx, input, tau):
     rank = ctx.rank(input)
-    q = _q_from_packed(ctx, input, tau, rank, nx.float_work(ctx.dtype(input)))
+    q = _q_from_packed(ctx, input, tau, rank, R.float_work(ctx.dtype(input)))
     n1 = ctx.op.Shape(input, start=rank - 1, end=rank)
     q = ctx.op.Slice(q, ctx.const([0], i64), n1, ctx.const([rank - 1], i64))
     return ctx.cast(q, ctx.dtype(input))
@@ -269,7 +269,7 @@ def linalg_householder_product(ctx, input, tau):
 def ormqr(ctx, self, input2, input3, left=True, transpose=False):
     """op(Q) @ C (left) or C @ op(Q), Q from geqrf's packed reflectors and taus."""
     rank = ctx.rank(self)
-    work = nx.float_work(ctx.dtype(self))
+    work = R.float_work(ctx.dtype(self))
     q = _q_from_packed(ctx, self, input2, rank, work)
     if transpose:
         q = ctx.op.Transpose(q, perm=la.swap_last(rank))

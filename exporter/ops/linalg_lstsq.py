@@ -23,12 +23,12 @@ threshold. Everything is computed in float64 and cast back.
 
 from __future__ import annotations
 
-import onnx_ir as ir
 import torch
 from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
 from exporter.ops import _linalg_common as la
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
 from exporter.ops.linalg_spectral import svd
@@ -142,12 +142,6 @@ def _driver(ctx, A, driver) -> str:
     return _default_driver(device)
 
 
-def _with_shape(value: ir.Value, shape) -> ir.Value:
-    """Record a static-or-unknown shape so the QR helpers can read sizes from it."""
-    value.shape = ir.Shape([d if isinstance(d, int) else None for d in shape])
-    return value
-
-
 def _broadcast_pair(ctx, a, b, a_rank, b_rank):
     """Expand a [..., m, n] and b [..., m, nrhs] to their common batch shape."""
     ones = ctx.const([1, 1], i64)
@@ -167,7 +161,7 @@ def _gels(ctx, a_full, b_full, rank, m_s, n_s, batch_shape, taller):
     """(solution [..., n, nrhs], residuals [..., nrhs] or None) by Householder QR, float64."""
     if taller:
         # A = Q R: x = R1^-1 (Q^T B)[:n]; LAPACK's residuals are |(Q^T B)[n:]|^2 per column.
-        _with_shape(a_full, (*batch_shape, m_s, n_s))
+        S.with_shape(a_full, (*batch_shape, m_s, n_s))
         r, reflectors, taus = la.householder(ctx, a_full)
         _, n, k, k_static = la.matrix_sizes(ctx, a_full, rank)
         b_t = ctx.op.Transpose(b_full, perm=la.swap_last(rank))
@@ -184,10 +178,10 @@ def _gels(ctx, a_full, b_full, rank, m_s, n_s, batch_shape, taller):
             ctx.const([torch.iinfo(i64).max], i64),
             ctx.const([rank - 2], i64),
         )
-        residuals = nx.reduce(ctx, "ReduceSumSquare", tail, [rank - 2], False)
+        residuals = R.reduce(ctx, "ReduceSumSquare", tail, [rank - 2], False)
         return x, residuals
     # A^T = Q R: A = R1^T Q1^T, so x = Q1 R1^-T B is the minimum-norm solution.
-    a_t = _with_shape(ctx.op.Transpose(a_full, perm=la.swap_last(rank)), (*batch_shape, n_s, m_s))
+    a_t = S.with_shape(ctx.op.Transpose(a_full, perm=la.swap_last(rank)), (*batch_shape, n_s, m_s))
     r, reflectors, taus = la.householder(ctx, a_t)
     _, _, k, k_static = la.matrix_sizes(ctx, a_t, rank)
     r1 = _first(ctx, r, k, rank - 2)  # [..., m, m]
@@ -206,7 +200,7 @@ def _truncated_svd_solve(ctx, A, b, rcond, driver):
     if rcond is not None and rcond < 0:
         # LAPACK's gelss/gelsd read a negative rcond as machine precision; gelsy keeps it.
         rcond = torch.finfo(ctx.dtype(A)).eps if driver != "gelsy" else 0.0
-    largest = nx.reduce(ctx, "ReduceMax", sigma, [rank - 2], True)  # [..., 1]
+    largest = R.reduce(ctx, "ReduceMax", sigma, [rank - 2], True)  # [..., 1]
     threshold = la.tolerance(ctx, A, None, rcond, largest)
     kept = ctx.op.Greater(sigma, threshold)
     safe = ctx.op.Where(kept, sigma, ctx.const(1.0, f64))
@@ -215,7 +209,7 @@ def _truncated_svd_solve(ctx, A, b, rcond, driver):
     scaled = ctx.op.Mul(ctx.op.Unsqueeze(inverse, ctx.const([rank - 1], i64)), utb)
     x = ctx.op.MatMul(v, scaled)
     # Like torch, rank and singular values keep A's own batch shape when B broadcasts it.
-    count = nx.reduce(ctx, "ReduceSum", ctx.cast(kept, i64), [rank - 2], False)
+    count = R.reduce(ctx, "ReduceSum", ctx.cast(kept, i64), [rank - 2], False)
     return x, count, sigma
 
 
@@ -224,7 +218,7 @@ def _degenerate(ctx, chosen, b_work, rank):
     zeroes B before torch reads residuals from it, while gelss/gelsd leave B as it is."""
     outputs = [_static_zeros(ctx, meta) for meta in ctx.out]
     if chosen in ("gelss", "gelsd") and ctx.out[1].numel() > 0:
-        residuals = nx.reduce(ctx, "ReduceSumSquare", b_work, [rank - 2], False)
+        residuals = R.reduce(ctx, "ReduceSumSquare", b_work, [rank - 2], False)
         outputs[1] = ctx.cast(residuals, ctx.out[1].dtype)
     return tuple(outputs)
 
@@ -261,7 +255,7 @@ def linalg_lstsq(ctx, self, b, rcond=None, *, driver=None):
     rank = max(a_rank, b_rank)
     batch_shape = tuple(out_solution.shape)[: rank - 2]
     if any(isinstance(d, int) and d == 0 for d in (m_s, n_s)) or (
-        nx.static_count(ctx, b, None) == 0
+        R.static_count(ctx, b, None) == 0
     ):
         return _degenerate(ctx, chosen, b_work, rank)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
-from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._fake_kernels import fake_kernels
 from exporter.ops._registry import translates
 from exporter.ops.linalg_spectral import eigh, svd
@@ -142,15 +142,15 @@ def _ldl_step(c, state, rows, cols, slots, n, work, at, alpha):
     below = c.op.Greater(rows, k)
     magnitude = c.op.Where(below, c.op.Abs(column), c.const(-1.0, work))
     imax = c.op.ArgMax(magnitude, axis=ra, keepdims=1)  # the first largest, as i*amax
-    colmax = c.op.Max(nx.reduce(c, "ReduceMax", magnitude, [ra], True), zero)
+    colmax = c.op.Max(R.reduce(c, "ReduceMax", magnitude, [ra], True), zero)
     zero_column = c.op.Or(c.op.Equal(c.op.Max(absakk, colmax), zero), c.op.IsNaN(absakk))
     # Largest off-diagonal magnitude in row/column imax of the trailing matrix.
     row_imax = at.row(c, m, imax)
     in_row = c.op.And(c.op.GreaterOrEqual(cols, k), c.op.Less(cols, imax))
     in_column = c.op.Greater(rows, imax)
     rowmax = c.op.Max(
-        nx.reduce(c, "ReduceMax", c.op.Where(in_row, c.op.Abs(row_imax), zero), [ca], True),
-        nx.reduce(
+        R.reduce(c, "ReduceMax", c.op.Where(in_row, c.op.Abs(row_imax), zero), [ca], True),
+        R.reduce(
             c, "ReduceMax", c.op.Where(in_column, c.op.Abs(at.column(c, m, imax)), zero), [ra], True
         ),
     )
@@ -235,10 +235,10 @@ def _ldl_step(c, state, rows, cols, slots, n, work, at, alpha):
 def _ldl_factor(ctx, A, with_info):
     rank = ctx.rank(A)
     dtype = ctx.dtype(A)
-    work = nx.float_work(dtype)
+    work = R.float_work(dtype)
     at = _Indexing(rank)
     a = ctx.cast(A, work)
-    n_static = nx.static_dim(ctx, A, rank - 1)
+    n_static = S.static_dim(ctx, A, rank - 1)
     n = (
         ctx.const(n_static, i64)
         if n_static is not None
@@ -249,9 +249,9 @@ def _ldl_factor(ctx, A, with_info):
     cols = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
     batch = ctx.op.Shape(a, start=0, end=rank - 2)
     n1 = ctx.op.Reshape(n, ctx.const([1], i64))
-    pivots = L.constant_of_shape(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
-    info = L.constant_of_shape(ctx, batch, 0, i32) if with_info else None
-    cursor = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
+    pivots = S.constant_of_shape(ctx, ctx.op.Concat(batch, n1, axis=0), 0, i32)
+    info = S.constant_of_shape(ctx, batch, 0, i32) if with_info else None
+    cursor = S.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([1, 1], i64), axis=0), 0, i64)
     alpha = _bunch_kaufman_alpha(work)
 
     def step(c, _, states):
@@ -297,7 +297,7 @@ def _block_roles(ctx, pivots, rank_p):
         at_or_before, ctx.op.Unsqueeze(ctx.op.Not(negative), ctx.const([rank_p - 1], i64))
     )
     counts_row = ctx.op.Unsqueeze(counts, ctx.const([rank_p - 1], i64))  # [..., 1, n]
-    base = nx.reduce(
+    base = R.reduce(
         ctx,
         "ReduceMax",
         ctx.op.Where(positive_before, counts_row, ctx.const(0, i64)),
@@ -314,7 +314,7 @@ def _block_roles(ctx, pivots, rank_p):
 def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
     """sytrs: forward through P(k) L(k) D(k) in order, then back through L(k)^T P(k)^T."""
     dtype = ctx.out_dtype
-    work = nx.float_work(dtype)
+    work = R.float_work(dtype)
     rank = max(ctx.rank(LD), ctx.rank(B))
     at = _Indexing(rank)
     ra, ca = at.ra, at.ca
@@ -328,7 +328,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
     rank_p = rank - 1
     first, second = _block_roles(ctx, piv, rank_p)
     swap_with = ctx.op.Sub(ctx.op.Abs(piv), ctx.const(1, i64))  # [..., n], 0-based
-    n_static = nx.static_dim(ctx, LD, ctx.rank(LD) - 1)
+    n_static = S.static_dim(ctx, LD, ctx.rank(LD) - 1)
     n = (
         ctx.const(n_static, i64)
         if n_static is not None
@@ -396,7 +396,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
         def reduced(column):
             # x[j] -= sum_{i > j} L[i, j] x[i] (gemv with the rows already solved).
             weights = c.op.Where(after, column, zero)
-            return nx.reduce(c, "ReduceSum", c.op.Mul(weights, x), [ra], True)
+            return R.reduce(c, "ReduceSum", c.op.Mul(weights, x), [ra], True)
 
         own = c.op.Sub(x, reduced(at.column(c, ld, j)))
         previous = c.op.Sub(x, reduced(at.column(c, ld, j_before)))

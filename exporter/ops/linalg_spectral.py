@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _linalg_common as la
 from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops import _subgraph
 from exporter.ops._registry import translates
 
@@ -30,7 +31,7 @@ _MAX_SWEEPS = 30
 
 def _size(ctx, x, axis):
     """(static size or None, 0-d int64 size) of ``axis`` of an FX value."""
-    size = nx.static_dim(ctx, x, axis)
+    size = S.static_dim(ctx, x, axis)
     if size is not None:
         return size, ctx.const(size, i64)
     return None, ctx.op.Squeeze(ctx.op.Shape(x, start=axis, end=axis + 1), ctx.const([0], i64))
@@ -38,7 +39,7 @@ def _size(ctx, x, axis):
 
 def _identity(ctx, n):
     """n x n float64 identity (n a 0-d int64 value)."""
-    square = L.constant_of_shape(
+    square = S.constant_of_shape(
         ctx, ctx.op.Concat(*[ctx.op.Reshape(n, ctx.const([1], i64))] * 2, axis=0), 0.0, f64
     )
     eye = ctx.op.EyeLike(square)
@@ -221,7 +222,7 @@ def svd(ctx, A, compute_uv=True):
         eye, ctx.op.Concat(ctx.op.Shape(a, start=0, end=rank - 2), ctx.const([1, 1], i64), axis=0)
     )
     rotated, vectors = _jacobi(ctx, a, start, columns, eye, rank, one_sided=True)
-    sigma = ctx.op.Sqrt(nx.reduce(ctx, "ReduceSumSquare", rotated, [rank - 2], False))
+    sigma = ctx.op.Sqrt(R.reduce(ctx, "ReduceSumSquare", rotated, [rank - 2], False))
     k = ctx.op.Min(_size(ctx, A, rank - 2)[1], _size(ctx, A, rank - 1)[1])
     sigma, order = nx.topk(ctx, sigma, k, rank - 2, largest=True)
     if not compute_uv:
@@ -247,7 +248,7 @@ def _empty_full_svd(ctx, A):
         n1 = ctx.op.Reshape(n, ctx.const([1], i64))
         return ctx.cast(ctx.op.Expand(square, ctx.op.Concat(batch, n1, n1, axis=0)), dtype)
 
-    sigma = L.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
+    sigma = S.constant_of_shape(ctx, ctx.op.Concat(batch, ctx.const([0], i64), axis=0), 0.0, dtype)
     return eye(rank - 2), sigma, eye(rank - 1)
 
 
@@ -323,7 +324,7 @@ def _spectrum(ctx, A, hermitian):
 def _pinv(ctx, A, atol, rtol, hermitian):
     rank = ctx.rank(A)
     magnitudes, left, right, values = _spectrum(ctx, A, hermitian)
-    largest = nx.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
+    largest = R.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
     threshold = la.tolerance(ctx, A, atol, rtol, largest)
     keep = ctx.op.Greater(magnitudes, threshold)
     safe = ctx.op.Where(keep, values, ctx.const(1.0, f64))
@@ -349,7 +350,7 @@ def _matrix_rank(ctx, A, atol, rtol, hermitian):
         magnitudes = ctx.op.Abs(eigh(ctx, A)[0])
     else:
         magnitudes = svd(ctx, A, False)[1]
-    largest = nx.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
+    largest = R.reduce(ctx, "ReduceMax", magnitudes, [rank - 2], True)
     threshold = la.tolerance(ctx, A, atol, rtol, largest)
     above = ctx.cast(ctx.op.Greater(magnitudes, threshold), i64)
     return ctx.op.ReduceSum(above, ctx.const([rank - 2], i64), keepdims=0)

@@ -12,9 +12,11 @@ import math
 import torch
 
 from exporter import _dtypes
-from exporter.ops import _numerics as nx
-from exporter.ops._nn_helpers import FLOATS, compute_dtype, dim_size, static_ints
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
+from exporter.ops._nn_helpers import FLOATS, compute_dtype, static_ints
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value
 
 aten = torch.ops.aten
 
@@ -44,7 +46,7 @@ def _fractional_max_pool(ctx, x, kernel_size, output_size, random_samples, nd, s
     batched = ctx.rank(x) == nd + 2
     dtype = ctx.dtype(x)
     first_spatial = 2 if batched else 1
-    sizes = [dim_size(ctx, x, first_spatial + d) for d in range(nd)]
+    sizes = [dim_value(ctx, x, first_spatial + d) for d in range(nd)]
     if not batched:
         x = ctx.op.Unsqueeze(x, [0])
     kernel = static_ints(list(kernel_size), "kernel_size")
@@ -136,7 +138,7 @@ def segment_reduce(
             "segment_reduce needs `lengths` or `offsets` (torch does not support `indices` either)."
         )
     rank = ctx.rank(data)
-    axis = axis % rank
+    axis = S.axis(axis, rank)
     trailing = rank - axis - 1
     dtype = ctx.dtype(data)
     work = compute_dtype(dtype, FLOATS)
@@ -150,7 +152,7 @@ def segment_reduce(
         offsets = ctx.cast(offsets, torch.int64)
         starts = ctx.op.Slice(offsets, [0], [-1], [-1])
         ends = ctx.op.Slice(offsets, [1], [_BIG], [-1])
-    size = ctx.op.Squeeze(dim_size(ctx, data, axis), [0])
+    size = ctx.op.Squeeze(dim_value(ctx, data, axis), [0])
     positions = ctx.op.Range(ctx.const(0, torch.int64), size, ctx.const(1, torch.int64))
     inside = ctx.op.And(
         ctx.op.GreaterOrEqual(positions, ctx.op.Unsqueeze(starts, [-1])),
@@ -182,7 +184,7 @@ _BIG = 2**62
 
 
 def _reduce_axis(ctx, op_type, x, axis):
-    return nx.reduce(ctx, op_type, x, [axis], 0)
+    return R.reduce(ctx, op_type, x, [axis], 0)
 
 
 # ----------------------------------------------------------------------------------- resize
@@ -229,7 +231,7 @@ def _linear_cross_entropy(
     if linear_bias is not None:
         logits = ctx.op.Add(logits, ctx.cast(linear_bias, work))
     logp = ctx.op.LogSoftmax(logits, axis=-1)  # (N, C)
-    classes = ctx.op.Cast(dim_size(ctx, linear_weight, 0), to=_dtypes.to_ir(work))
+    classes = ctx.op.Cast(dim_value(ctx, linear_weight, 0), to=_dtypes.to_ir(work))
     class_weight = None if weight is None else ctx.cast(weight, work)
     weighted_logp = logp if class_weight is None else ctx.op.Mul(logp, class_weight)
     axis_c = ctx.const([-1], torch.int64)
@@ -350,12 +352,12 @@ if _CHUNKED_NONE is not None:
 def chunk_cat(ctx, tensors, dim, num_chunks):
     """Each tensor zero-padded along ``dim`` to a multiple of num_chunks, split into num_chunks
     rows of its trailing elements, and the rows of all tensors joined side by side."""
-    dim = dim % ctx.rank(tensors[0])
+    dim = S.axis(dim, ctx.rank(tensors[0]))
     n = ctx.const([num_chunks], torch.int64)
     rows = []
     for t in tensors:
         rank = ctx.rank(t)
-        size = dim_size(ctx, t, dim)
+        size = dim_value(ctx, t, dim)
         padded = ctx.op.Mul(
             ctx.op.Div(ctx.op.Add(size, ctx.const([num_chunks - 1], torch.int64)), n), n
         )

@@ -13,17 +13,10 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
-from exporter.ops._nn_helpers import (
-    FLOAT32_ONLY,
-    FLOATS,
-    compute_dtype,
-    dim_size,
-    prod_of_dims,
-    reshape,
-    shape_slice,
-)
-from exporter.ops._numerics import reduce
+from exporter.ops._nn_helpers import FLOAT32_ONLY, FLOATS, compute_dtype
+from exporter.ops._reduce import reduce
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value, prod_of_dims, reshape, shape_value
 
 aten = torch.ops.aten
 
@@ -48,7 +41,7 @@ def _channel_ones(ctx, x, dtype, value=1, axis=1):
     c = ctx.shape(x)[axis]
     if isinstance(c, int):
         return ctx.const([value] * c, dtype)
-    return ctx.op.Expand(ctx.scalar(value, dtype), dim_size(ctx, x, axis))
+    return ctx.op.Expand(ctx.scalar(value, dtype), dim_value(ctx, x, axis))
 
 
 def _per_channel(ctx, v, rank):
@@ -129,7 +122,7 @@ def _grouped(ctx, x, groups):
     """x viewed as (N, groups, everything else / groups); explicit sizes keep N == 0 working."""
     rest = prod_of_dims(ctx, x, 1)
     rest = ctx.op.Div(rest, ctx.const([groups], torch.int64))
-    return reshape(ctx, x, dim_size(ctx, x, 0), [groups], rest)
+    return reshape(ctx, x, dim_value(ctx, x, 0), [groups], rest, allowzero=True)
 
 
 def _group_stats(ctx, x, groups, eps, work):
@@ -149,8 +142,8 @@ def _instance_normalize(ctx, x, eps, work, channels=None):
         if isinstance(channels, int):
             ones, zeros = ctx.const([1.0] * channels, work), ctx.const([0.0] * channels, work)
         else:
-            ones = ctx.op.Expand(ctx.scalar(1.0, work), dim_size(ctx, x, 1))
-            zeros = ctx.op.Expand(ctx.scalar(0.0, work), dim_size(ctx, x, 1))
+            ones = ctx.op.Expand(ctx.scalar(1.0, work), dim_value(ctx, x, 1))
+            zeros = ctx.op.Expand(ctx.scalar(0.0, work), dim_value(ctx, x, 1))
         return ctx.op.InstanceNormalization(x, ones, zeros, epsilon=float(eps))
     rank = ctx.rank(x)
     mean, var, centered = _moments(ctx, x, list(range(2, rank)) if rank else [2])
@@ -326,7 +319,7 @@ def _updated_running_stats(ctx, input, running_mean, running_var, mean, var, mom
     """What torch writes back into running_mean/var in training mode (var made unbiased)."""
     count = ctx.op.Div(
         ctx.op.Cast(ctx.op.Size(input), to=_dtypes.to_ir(work)),
-        ctx.op.Cast(dim_size(ctx, input, 1), to=_dtypes.to_ir(work)),
+        ctx.op.Cast(dim_value(ctx, input, 1), to=_dtypes.to_ir(work)),
     )
     unbiased = ctx.op.Mul(var, ctx.op.Div(count, ctx.op.Sub(count, ctx.scalar(1, work))))
     m = ctx.scalar(float(momentum), work)
@@ -532,7 +525,7 @@ def _feature_shape(ctx, input):
     rank = ctx.rank(input)
     lead = 2 if rank > 2 else 1
     return ctx.op.Concat(
-        shape_slice(ctx, input, 0, lead), ctx.const([1] * (rank - lead), torch.int64), axis=0
+        shape_value(ctx, input, 0, lead), ctx.const([1] * (rank - lead), torch.int64), axis=0
     )
 
 
@@ -599,7 +592,7 @@ def embedding_renorm(ctx, self, indices, max_norm, norm_type):
     too_big = ctx.op.Greater(norms, ctx.scalar(float(max_norm), work))
     flat = ctx.op.Reshape(ctx.cast(indices, torch.int64), [-1])
     touched = ctx.op.ScatterElements(
-        ctx.op.Expand(ctx.scalar(0, torch.int64), dim_size(ctx, self, 0)),
+        ctx.op.Expand(ctx.scalar(0, torch.int64), dim_value(ctx, self, 0)),
         flat,
         ctx.op.Expand(ctx.scalar(1, torch.int64), ctx.op.Shape(flat)),
         axis=0,
@@ -652,7 +645,7 @@ def _embedding_bag(
     bag_size = ctx.op.ScatterElements(
         ctx.op.Expand(ctx.scalar(0, torch.int64), bags), bag, counts, axis=0, reduction="add"
     )
-    out_shape = ctx.op.Concat(bags, dim_size(ctx, weight, 1), axis=0)
+    out_shape = ctx.op.Concat(bags, dim_value(ctx, weight, 1), axis=0)
     target = ctx.op.Unsqueeze(bag, [1])
     max_indices = None
     if mode == 2:
@@ -756,7 +749,7 @@ def embedding_bag_padding_idx(
             rows + padding_idx
             if isinstance(rows, int)
             else ctx.op.Add(
-                ctx.op.Squeeze(dim_size(ctx, weight, 0), [0]), ctx.scalar(padding_idx, torch.int64)
+                ctx.op.Squeeze(dim_value(ctx, weight, 0), [0]), ctx.scalar(padding_idx, torch.int64)
             )
         )
     return _embedding_bag(
@@ -783,14 +776,14 @@ def _div_dim(ctx, x, axis, factor):
     size = ctx.shape(x)[axis]
     if isinstance(size, int):
         return ctx.const([size // factor], torch.int64)
-    return ctx.op.Div(dim_size(ctx, x, axis), ctx.const([factor], torch.int64))
+    return ctx.op.Div(dim_value(ctx, x, axis), ctx.const([factor], torch.int64))
 
 
 def _mul_dim(ctx, x, axis, factor):
     size = ctx.shape(x)[axis]
     if isinstance(size, int):
         return ctx.const([size * factor], torch.int64)
-    return ctx.op.Mul(dim_size(ctx, x, axis), ctx.const([factor], torch.int64))
+    return ctx.op.Mul(dim_value(ctx, x, axis), ctx.const([factor], torch.int64))
 
 
 @translates(aten.pixel_shuffle.default)
@@ -798,30 +791,34 @@ def pixel_shuffle(ctx, self, upscale_factor):
     r = int(upscale_factor)
     if ctx.rank(self) == 4 and ctx.dtype(self) in FLOATS:
         return ctx.op.DepthToSpace(self, blocksize=r, mode="CRD")
-    lead = shape_slice(ctx, self, 0, -3)
+    lead = shape_value(ctx, self, 0, -3)
     c = _div_dim(ctx, self, -3, r * r)
-    h, w = dim_size(ctx, self, -2), dim_size(ctx, self, -1)
-    blocks = reshape(ctx, self, prod_of_dims(ctx, self, 0, -3), c, [r, r], h, w)
+    h, w = dim_value(ctx, self, -2), dim_value(ctx, self, -1)
+    blocks = reshape(ctx, self, prod_of_dims(ctx, self, 0, -3), c, [r, r], h, w, allowzero=True)
     moved = ctx.op.Transpose(blocks, perm=[0, 1, 4, 2, 5, 3])
-    return reshape(ctx, moved, lead, c, _mul_dim(ctx, self, -2, r), _mul_dim(ctx, self, -1, r))
+    return reshape(
+        ctx, moved, lead, c, _mul_dim(ctx, self, -2, r), _mul_dim(ctx, self, -1, r), allowzero=True
+    )
 
 
 @translates(aten.pixel_unshuffle.default)
 def pixel_unshuffle(ctx, self, downscale_factor):
     r = int(downscale_factor)
-    lead = shape_slice(ctx, self, 0, -3)
-    c = dim_size(ctx, self, -3)
+    lead = shape_value(ctx, self, 0, -3)
+    c = dim_value(ctx, self, -3)
     h, w = _div_dim(ctx, self, -2, r), _div_dim(ctx, self, -1, r)
-    blocks = reshape(ctx, self, prod_of_dims(ctx, self, 0, -3), c, h, [r], w, [r])
+    blocks = reshape(ctx, self, prod_of_dims(ctx, self, 0, -3), c, h, [r], w, [r], allowzero=True)
     moved = ctx.op.Transpose(blocks, perm=[0, 1, 3, 5, 2, 4])
-    return reshape(ctx, moved, lead, _mul_dim(ctx, self, -3, r * r), h, w)
+    return reshape(ctx, moved, lead, _mul_dim(ctx, self, -3, r * r), h, w, allowzero=True)
 
 
 @translates(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
 def channel_shuffle(ctx, self, groups):
     g = ctx.ints([groups])
-    per_group = ctx.op.Div(dim_size(ctx, self, 1), g)
-    split = reshape(ctx, self, dim_size(ctx, self, 0), g, per_group, prod_of_dims(ctx, self, 2))
+    per_group = ctx.op.Div(dim_value(ctx, self, 1), g)
+    split = reshape(
+        ctx, self, dim_value(ctx, self, 0), g, per_group, prod_of_dims(ctx, self, 2), allowzero=True
+    )
     swapped = ctx.op.Transpose(split, perm=[0, 2, 1, 3])
     return ctx.op.Reshape(swapped, ctx.op.Shape(self), allowzero=1)
 
@@ -904,7 +901,7 @@ def embedding_dense_backward(
 ):
     dtype = ctx.dtype(grad_output)
     work = compute_dtype(dtype, {torch.float32, torch.float64})
-    width = dim_size(ctx, grad_output, -1)
+    width = dim_value(ctx, grad_output, -1)
     rows = ctx.op.Reshape(
         ctx.cast(grad_output, work), ctx.op.Concat(ctx.const([-1], torch.int64), width, axis=0)
     )

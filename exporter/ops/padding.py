@@ -10,7 +10,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops import _kernels
-from exporter.ops import _layout as L
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -20,27 +20,27 @@ _ONNX_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 _ENUM_MODE = {0: "constant", 1: "reflect", 2: "replicate", 3: "circular"}
 
 
-def _per_axis(ctx, x, pad) -> dict[int, tuple[L.Size, L.Size]]:
-    rank = L.rank_of(ctx, x)
+def _per_axis(ctx, x, pad) -> dict[int, tuple[S.Size, S.Size]]:
+    rank = S.rank_of(ctx, x)
     if len(pad) % 2 or len(pad) // 2 > rank:
         raise ValueError(
             f"pad has {len(pad)} entries; it needs (left, right) pairs for at most {rank} dims"
         )
     return {
-        rank - 1 - i: (L.as_size(ctx, pad[2 * i]), L.as_size(ctx, pad[2 * i + 1]))
+        rank - 1 - i: (S.as_size(ctx, pad[2 * i]), S.as_size(ctx, pad[2 * i + 1]))
         for i in range(len(pad) // 2)
     }
 
 
-def _crop(ctx, x, pads: dict[int, tuple[L.Size, L.Size]]):
+def _crop(ctx, x, pads: dict[int, tuple[S.Size, S.Size]]):
     """Apply the negative (static) pads as a Slice; return the rest as non-negative pads."""
     starts, ends, axes, rest = [], [], [], {}
     for axis_, (left, right) in pads.items():
-        cut_left = L.is_static(left) and left < 0
-        cut_right = L.is_static(right) and right < 0
+        cut_left = S.is_static(left) and left < 0
+        cut_right = S.is_static(right) and right < 0
         if cut_left or cut_right:
             starts.append(-left if cut_left else 0)
-            ends.append(right if cut_right else L.INT64_MAX)
+            ends.append(right if cut_right else S.INT64_MAX)
             axes.append(axis_)
         rest[axis_] = (0 if cut_left else left, 0 if cut_right else right)
     if axes:
@@ -49,14 +49,14 @@ def _crop(ctx, x, pads: dict[int, tuple[L.Size, L.Size]]):
 
 
 def _is_zero(size) -> bool:
-    return L.is_static(size) and size == 0
+    return S.is_static(size) and size == 0
 
 
 def pad_nd(ctx, x, pad, mode: str, value=None):
-    rank = L.rank_of(ctx, x)
+    rank = S.rank_of(ctx, x)
     pads = _per_axis(ctx, x, pad)
     if mode == "replicate" and any(
-        L.is_static(p) and p < 0 for pair in pads.values() for p in pair
+        S.is_static(p) and p < 0 for pair in pads.values() for p in pair
     ):
         return _replicate_by_index(ctx, x, pads)
     x, pads = _crop(ctx, x, pads)
@@ -81,13 +81,13 @@ def pad_nd(ctx, x, pad, mode: str, value=None):
     x = ctx.cast(x, run)
     if ctx.has("Pad-axes"):
         axes = sorted(pads)
-        amounts = L.concat_sizes(ctx, [pads[a][0] for a in axes] + [pads[a][1] for a in axes])
+        amounts = S.concat_sizes(ctx, [pads[a][0] for a in axes] + [pads[a][1] for a in axes])
         padded = ctx.op.Pad(x, amounts, fill, axes, mode=_ONNX_MODE[mode])
     else:
         full = [pads.get(a, (0, 0))[0] for a in range(rank)] + [
             pads.get(a, (0, 0))[1] for a in range(rank)
         ]
-        padded = ctx.op.Pad(x, L.concat_sizes(ctx, full), fill, mode=_ONNX_MODE[mode])
+        padded = ctx.op.Pad(x, S.concat_sizes(ctx, full), fill, mode=_ONNX_MODE[mode])
     return ctx.cast(padded, dtype)
 
 
@@ -99,12 +99,12 @@ def _replicate_by_index(ctx, x, pads):
     """
     zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
     # A gather along one axis leaves the others' sizes alone: read them all from the input.
-    sizes = {axis_: L.dim_size(ctx, x, axis_) for axis_ in pads}
+    sizes = {axis_: S.dim_size(ctx, x, axis_) for axis_ in pads}
     for axis_, (left, right) in sorted(pads.items()):
         size = sizes[axis_]
-        count = L.add(ctx, L.add(ctx, size, left), right)
-        steps = ctx.op.Sub(ctx.op.Range(zero, L.as_0d(ctx, count), one), L.as_0d(ctx, left))
-        last = L.as_0d(ctx, L.sub(ctx, size, 1))
+        count = S.add(ctx, S.add(ctx, size, left), right)
+        steps = ctx.op.Sub(ctx.op.Range(zero, S.as_0d(ctx, count), one), S.as_0d(ctx, left))
+        last = S.as_0d(ctx, S.sub(ctx, size, 1))
         index = ctx.op.Max(ctx.op.Min(steps, last), zero)
         x = ctx.op.Gather(x, index, axis=axis_)
     return x
@@ -114,10 +114,10 @@ def _circular(ctx, x, pads):
     for axis_, (left, right) in sorted(pads.items()):
         parts = []
         if not _is_zero(left):
-            parts.append(ctx.op.Slice(x, L.as_1d(ctx, L.sub(ctx, 0, left)), [L.INT64_MAX], [axis_]))
+            parts.append(ctx.op.Slice(x, S.as_1d(ctx, S.sub(ctx, 0, left)), [S.INT64_MAX], [axis_]))
         parts.append(x)
         if not _is_zero(right):
-            parts.append(ctx.op.Slice(x, [0], L.as_1d(ctx, right), [axis_]))
+            parts.append(ctx.op.Slice(x, [0], S.as_1d(ctx, right), [axis_]))
         x = ctx.op.Concat(*parts, axis=axis_)
     return x
 

@@ -28,6 +28,7 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _shape as S
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
@@ -180,7 +181,7 @@ def quantize_per_tensor(ctx, input, scale, zero_point, quant_min, quant_max, dty
 @translates("quantized_decomposed::quantize_per_channel.default")
 def quantize_per_channel(ctx, input, scales, zero_points, axis, quant_min, quant_max, dtype):
     rank = ctx.rank(input)
-    axis = axis % rank
+    axis = S.axis(axis, rank)
     if _qdq_takes(ctx, dtype) and _fits(zero_points, dtype):
         return _quantize_linear(
             ctx,
@@ -237,7 +238,7 @@ def dequantize_per_channel(
     ctx, input, scales, zero_points, axis, quant_min, quant_max, dtype, *, out_dtype=None
 ):
     rank = ctx.rank(input)
-    axis = axis % rank
+    axis = S.axis(axis, rank)
     # torch subtracts in the promoted integer dtype: zero points of the input's own narrow
     # dtype wrap around there, which DequantizeLinear does not do.
     wraps = zero_points is not None and ctx.dtype(zero_points) == ctx.dtype(input)
@@ -445,7 +446,7 @@ def fake_quantize_per_tensor_cachemask_tensor_qparams(
 
 @translates(torch.ops.aten.fake_quantize_per_channel_affine.default)
 def fake_quantize_per_channel_affine(ctx, self, scale, zero_point, axis, quant_min, quant_max):
-    axis = axis % ctx.rank(self)
+    axis = S.axis(axis, ctx.rank(self))
     return _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)[0]
 
 
@@ -453,6 +454,6 @@ def fake_quantize_per_channel_affine(ctx, self, scale, zero_point, axis, quant_m
 def fake_quantize_per_channel_affine_cachemask(
     ctx, self, scale, zero_point, axis, quant_min, quant_max
 ):
-    axis = axis % ctx.rank(self)
+    axis = S.axis(axis, ctx.rank(self))
     result = _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)
     return _with_mask(ctx, result, quant_min, quant_max)

@@ -34,7 +34,7 @@ import torch
 
 from exporter import _dtypes
 from exporter.ops import _kernels
-from exporter.ops import _layout as L
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -69,7 +69,7 @@ def _sized(ctx, op_type: str, size: Any, dtype: torch.dtype, **attributes) -> ir
     if not _native(ctx, op_type):
         return _counter_draw(ctx, op_type, _shape_value(ctx, size), dtype, **attributes)
     if isinstance(size, ir.Value) or not all(isinstance(d, int) for d in size):
-        zeros = L.constant_of_shape(ctx, _shape_value(ctx, size), 0, dtype)
+        zeros = S.constant_of_shape(ctx, _shape_value(ctx, size), 0, dtype)
         return _like(ctx, op_type + "Like", zeros, dtype, **attributes)
     out = getattr(ctx.op, op_type)(
         dtype=_dtypes.to_ir(dtype), shape=[int(d) for d in size], **attributes

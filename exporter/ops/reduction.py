@@ -16,12 +16,13 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops import _subgraph
 from exporter.ops._kernels import call
-from exporter.ops._nn_helpers import dim_size
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -41,8 +42,8 @@ def _squeeze(ctx, x: ir.Value, axes: list[int] | None, rank: int) -> ir.Value:
 @translates(aten.sum.default, aten.sum.dim_IntList)
 def sum_(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    axes = nx.reduce_axes(dim, ctx.rank(self))
-    return nx.reduce_as(ctx, "ReduceSum", ctx.cast(self, out), axes, keepdim, out)
+    axes = R.reduce_axes(dim, ctx.rank(self))
+    return R.reduce_as(ctx, "ReduceSum", ctx.cast(self, out), axes, keepdim, out)
 
 
 @translates(prims.sum.default)
@@ -53,40 +54,40 @@ def prims_sum(ctx, inp, dims, *, output_dtype=None):
 @translates(aten.nansum.default)
 def nansum(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    work = nx.reduce_dtype("ReduceSum", out)
+    work = R.reduce_dtype("ReduceSum", out)
     x = ctx.cast(ctx.cast(self, out), work)
     if work.is_floating_point:
         x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0, work), x)
-    axes = nx.reduce_axes(dim, ctx.rank(self))
-    return ctx.cast(nx.reduce(ctx, "ReduceSum", x, axes, keepdim), out)
+    axes = R.reduce_axes(dim, ctx.rank(self))
+    return ctx.cast(R.reduce(ctx, "ReduceSum", x, axes, keepdim), out)
 
 
 @translates(aten.mean.default, aten.mean.dim)
 def mean(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    work = nx.float_work(out)
+    work = R.float_work(out)
     x = ctx.cast(ctx.cast(self, out), work)
-    axes = nx.reduce_axes(dim, ctx.rank(self))
-    return ctx.cast(_mean(ctx, x, axes, keepdim, nx.static_count(ctx, self, axes) == 0), out)
+    axes = R.reduce_axes(dim, ctx.rank(self))
+    return ctx.cast(_mean(ctx, x, axes, keepdim, R.static_count(ctx, self, axes) == 0), out)
 
 
 def _mean(ctx, x, axes, keepdim, empty: bool):
     if empty:
         # ReduceMean of nothing is 0 in onnxruntime; torch's mean of nothing is NaN.
-        total = nx.reduce(ctx, "ReduceSum", x, axes, keepdim)
+        total = R.reduce(ctx, "ReduceSum", x, axes, keepdim)
         return ctx.op.Div(total, ctx.scalar_like(0.0, total))
-    return nx.reduce(ctx, "ReduceMean", x, axes, keepdim)
+    return R.reduce(ctx, "ReduceMean", x, axes, keepdim)
 
 
 @translates(aten.nanmean.default)
 def nanmean(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    work = nx.float_work(out)
+    work = R.float_work(out)
     x = ctx.cast(ctx.cast(self, out), work)
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     is_nan = ctx.op.IsNaN(x)
-    total = nx.reduce(ctx, "ReduceSum", ctx.op.Where(is_nan, ctx.const(0, work), x), axes, keepdim)
-    valid = nx.reduce(ctx, "ReduceSum", ctx.cast(ctx.op.Not(is_nan), work), axes, keepdim)
+    total = R.reduce(ctx, "ReduceSum", ctx.op.Where(is_nan, ctx.const(0, work), x), axes, keepdim)
+    valid = R.reduce(ctx, "ReduceSum", ctx.cast(ctx.op.Not(is_nan), work), axes, keepdim)
     return ctx.cast(ctx.op.Div(total, valid), out)
 
 
@@ -94,8 +95,8 @@ def nanmean(ctx, self, dim=None, keepdim=False, *, dtype=None):
 @translates(aten.prod.default, aten.prod.dim_int)
 def prod(ctx, self, dim=None, keepdim=False, *, dtype=None):
     out = ctx.out_dtype
-    axes = nx.reduce_axes(dim, ctx.rank(self))
-    return nx.reduce_as(ctx, "ReduceProd", ctx.cast(self, out), axes, keepdim, out)
+    axes = R.reduce_axes(dim, ctx.rank(self))
+    return R.reduce_as(ctx, "ReduceProd", ctx.cast(self, out), axes, keepdim, out)
 
 
 @translates(prims.prod.default)
@@ -110,21 +111,21 @@ def _any_true(ctx, mask: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.
     It runs on uint8 even where ReduceMax has a bool kernel (opset 20): onnxruntime's bool
     kernels reject empty reductions, whose answers (any: False, all: True) torch defines.
     """
-    reduced = nx.reduce(ctx, "ReduceMax", ctx.cast(mask, torch.uint8), axes, keepdim)
+    reduced = R.reduce(ctx, "ReduceMax", ctx.cast(mask, torch.uint8), axes, keepdim)
     return ctx.cast(reduced, torch.bool)
 
 
 def _all_true(ctx, mask: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.Value:
-    reduced = nx.reduce(ctx, "ReduceMin", ctx.cast(mask, torch.uint8), axes, keepdim)
+    reduced = R.reduce(ctx, "ReduceMin", ctx.cast(mask, torch.uint8), axes, keepdim)
     return ctx.cast(reduced, torch.bool)
 
 
 def extremum(ctx, op_type: str, x: ir.Value, axes: list[int] | None, keepdim: bool) -> ir.Value:
     """ReduceMax/ReduceMin over ``axes`` with torch's NaN propagation, in x's dtype."""
     dtype = ctx.dtype(x)
-    work = nx.reduce_dtype(op_type, dtype)
+    work = R.reduce_dtype(op_type, dtype)
     xw = ctx.cast(x, work)
-    result = nx.reduce(ctx, op_type, xw, axes, keepdim)
+    result = R.reduce(ctx, op_type, xw, axes, keepdim)
     if work.is_floating_point:
         has_nan = _any_true(ctx, ctx.op.IsNaN(xw), axes, keepdim)
         result = ctx.op.Where(has_nan, nx.nan_of(ctx, work), result)
@@ -133,12 +134,12 @@ def extremum(ctx, op_type: str, x: ir.Value, axes: list[int] | None, keepdim: bo
 
 @translates(aten.amax.default)
 def amax(ctx, self, dim=(), keepdim=False):
-    return extremum(ctx, "ReduceMax", self, nx.reduce_axes(dim, ctx.rank(self)), keepdim)
+    return extremum(ctx, "ReduceMax", self, R.reduce_axes(dim, ctx.rank(self)), keepdim)
 
 
 @translates(aten.amin.default)
 def amin(ctx, self, dim=(), keepdim=False):
-    return extremum(ctx, "ReduceMin", self, nx.reduce_axes(dim, ctx.rank(self)), keepdim)
+    return extremum(ctx, "ReduceMin", self, R.reduce_axes(dim, ctx.rank(self)), keepdim)
 
 
 @translates(prims.amax.default)
@@ -163,7 +164,7 @@ def min_all(ctx, self):
 
 @translates(aten.aminmax.default)
 def aminmax(ctx, self, *, dim=None, keepdim=False):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return (
         extremum(ctx, "ReduceMin", self, axes, keepdim),
         extremum(ctx, "ReduceMax", self, axes, keepdim),
@@ -173,7 +174,7 @@ def aminmax(ctx, self, *, dim=None, keepdim=False):
 def arg_extremum(ctx, op_type: str, x: ir.Value, ax: int, keepdim: bool) -> ir.Value:
     """ArgMax/ArgMin along ``ax``; a NaN wins, like torch (onnxruntime skips NaNs)."""
     dtype = ctx.dtype(x)
-    work = nx.reduce_dtype("ArgMax", dtype)
+    work = R.reduce_dtype("ArgMax", dtype)
     xw = ctx.cast(x, work)
     if work.is_floating_point:
         sign = 1 if op_type == "ArgMax" else -1
@@ -184,11 +185,11 @@ def arg_extremum(ctx, op_type: str, x: ir.Value, ax: int, keepdim: bool) -> ir.V
 def _arg_reduce(ctx, op_type, self, dim, keepdim):
     rank = ctx.rank(self)
     if dim is None or rank == 0:
-        index = arg_extremum(ctx, op_type, nx.flatten(ctx, self), 0, False)
+        index = arg_extremum(ctx, op_type, S.flatten(ctx, self), 0, False)
         if keepdim and rank > 0:
             return ctx.op.Reshape(index, ctx.const([1] * rank, i64))
         return index
-    return arg_extremum(ctx, op_type, self, nx.axis(dim, rank), keepdim)
+    return arg_extremum(ctx, op_type, self, S.axis(dim, rank), keepdim)
 
 
 @translates(aten.argmax.default)
@@ -205,7 +206,7 @@ def _extremum_dim(ctx, op_type, self, dim, keepdim):
     rank = ctx.rank(self)
     if rank == 0:
         return ctx.op.Identity(self), ctx.const(0, i64)
-    ax = nx.axis(dim, rank)
+    ax = S.axis(dim, rank)
     index = arg_extremum(ctx, op_type, self, ax, True)
     values = ctx.op.GatherElements(self, index, axis=ax)
     if not keepdim:
@@ -231,33 +232,33 @@ def _truthy(ctx, x: ir.Value) -> ir.Value:
 
 @translates(aten.any.default, aten.any.dim, aten.any.dims)
 def any_(ctx, self, dim=None, keepdim=False):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return ctx.cast(_any_true(ctx, _truthy(ctx, self), axes, keepdim), ctx.out_dtype)
 
 
 @translates(aten.all.default, aten.all.dim, aten.all.dims)
 def all_(ctx, self, dim=None, keepdim=False):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return ctx.cast(_all_true(ctx, _truthy(ctx, self), axes, keepdim), ctx.out_dtype)
 
 
 @translates(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
 def count_nonzero(ctx, self, dim=None):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
-    return nx.reduce(ctx, "ReduceSum", ctx.cast(_truthy(ctx, self), i64), axes, False)
+    axes = R.reduce_axes(dim, ctx.rank(self))
+    return R.reduce(ctx, "ReduceSum", ctx.cast(_truthy(ctx, self), i64), axes, False)
 
 
 # ---------------------------------------------------------------------------- var / std
 def _variance(ctx, self, dim, correction, keepdim, *, sqrt: bool, with_mean: bool):
     out = ctx.out_dtype
-    work = nx.float_work(ctx.dtype(self))
+    work = R.float_work(ctx.dtype(self))
     x = ctx.cast(self, work)
     rank = ctx.rank(self)
-    axes = nx.reduce_axes(dim, rank)
-    mean_kept = _mean(ctx, x, axes, True, nx.static_count(ctx, self, axes) == 0)
-    squares = nx.reduce(ctx, "ReduceSumSquare", ctx.op.Sub(x, mean_kept), axes, keepdim)
+    axes = R.reduce_axes(dim, rank)
+    mean_kept = _mean(ctx, x, axes, True, R.static_count(ctx, self, axes) == 0)
+    squares = R.reduce(ctx, "ReduceSumSquare", ctx.op.Sub(x, mean_kept), axes, keepdim)
     correction = 1 if correction is None else correction
-    n = nx.count(ctx, self, axes)
+    n = R.count(ctx, self, axes)
     if isinstance(n, int):
         denominator = ctx.const(max(n - correction, 0), work)
     else:
@@ -347,10 +348,10 @@ def std_mean_default(ctx, self, unbiased=True):
 @translates(aten.logsumexp.default, aten.special_logsumexp.default)
 def logsumexp(ctx, self, dim=(), keepdim=False):
     out = ctx.out_dtype
-    work = nx.float_work(out)
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    work = R.float_work(out)
+    axes = R.reduce_axes(dim, ctx.rank(self))
     # onnxruntime's ReduceLogSumExp subtracts the max first (stable for large inputs).
-    return ctx.cast(nx.reduce(ctx, "ReduceLogSumExp", ctx.cast(self, work), axes, keepdim), out)
+    return ctx.cast(R.reduce(ctx, "ReduceLogSumExp", ctx.cast(self, work), axes, keepdim), out)
 
 
 # --------------------------------------------------------------------------------- norms
@@ -358,29 +359,29 @@ def vector_norm(
     ctx, x: ir.Value, ord: Any, axes: list[int] | None, keepdim: bool, out: torch.dtype
 ) -> ir.Value:
     """torch.linalg.vector_norm of a real tensor, computed in float32 for half inputs."""
-    work = nx.float_work(out)
+    work = R.float_work(out)
     x = ctx.cast(ctx.cast(x, out), work)
     ord = float(ord)
     if ord == 2:
-        result = nx.reduce(ctx, "ReduceL2", x, axes, keepdim)
+        result = R.reduce(ctx, "ReduceL2", x, axes, keepdim)
     elif ord == 1:
-        result = nx.reduce(ctx, "ReduceL1", x, axes, keepdim)
+        result = R.reduce(ctx, "ReduceL1", x, axes, keepdim)
     elif ord == math.inf:
         result = extremum(ctx, "ReduceMax", ctx.op.Abs(x), axes, keepdim)
     elif ord == -math.inf:
         result = extremum(ctx, "ReduceMin", ctx.op.Abs(x), axes, keepdim)
     elif ord == 0:
-        result = nx.reduce(ctx, "ReduceSum", ctx.cast(_truthy(ctx, x), work), axes, keepdim)
+        result = R.reduce(ctx, "ReduceSum", ctx.cast(_truthy(ctx, x), work), axes, keepdim)
     else:
         powered = ctx.op.Pow(ctx.op.Abs(x), ctx.const(ord, work))
-        total = nx.reduce(ctx, "ReduceSum", powered, axes, keepdim)
+        total = R.reduce(ctx, "ReduceSum", powered, axes, keepdim)
         result = ctx.op.Pow(total, ctx.const(1.0 / ord, work))
     return ctx.cast(result, out)
 
 
 @translates(aten.linalg_vector_norm.default)
 def linalg_vector_norm(ctx, self, ord=2, dim=None, keepdim=False, *, dtype=None):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return vector_norm(ctx, self, ord, axes, keepdim, ctx.out_dtype)
 
 
@@ -391,13 +392,13 @@ def norm_all(ctx, self, p=2, *, dtype=None):
 
 @translates(aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype)
 def norm_dim(ctx, self, p, dim, keepdim=False, *, dtype=None):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return vector_norm(ctx, self, 2 if p is None else p, axes, keepdim, ctx.out_dtype)
 
 
 @translates(aten.frobenius_norm.dim)
 def frobenius_norm(ctx, self, dim, keepdim=False):
-    axes = nx.reduce_axes(dim, ctx.rank(self))
+    axes = R.reduce_axes(dim, ctx.rank(self))
     return vector_norm(ctx, self, 2, axes, keepdim, ctx.out_dtype)
 
 
@@ -418,18 +419,18 @@ def weight_norm(ctx, v, g, dim=0):
 
 def matrix_norm(ctx, x: ir.Value, ord: Any, dim: Any, keepdim: bool, out: torch.dtype) -> ir.Value:
     rank = ctx.rank(x)
-    rows, cols = (d % rank for d in dim)
+    rows, cols = (S.axis(d, rank) for d in dim)
     if ord == "fro":
         return vector_norm(ctx, x, 2, sorted([rows, cols]), keepdim, out)
     if ord in ("nuc", 2, -2):
         return _spectral_norm(ctx, x, ord, rows, cols, keepdim, out)
     if ord not in (1, -1, math.inf, -math.inf):
         raise ValueError(f"linalg.matrix_norm: unsupported ord {ord!r}")
-    work = nx.float_work(out)
+    work = R.float_work(out)
     absolute = ctx.op.Abs(ctx.cast(ctx.cast(x, out), work))
     # ord=±1 sums each column (over rows) and takes the max/min over columns; ±inf swaps them.
     summed_axis, picked_axis = (rows, cols) if abs(ord) == 1 else (cols, rows)
-    sums = nx.reduce(ctx, "ReduceSum", absolute, [summed_axis], True)
+    sums = R.reduce(ctx, "ReduceSum", absolute, [summed_axis], True)
     op_type = "ReduceMax" if ord > 0 else "ReduceMin"
     result = extremum(ctx, op_type, sums, [picked_axis], True)
     if not keepdim:
@@ -445,13 +446,13 @@ def _spectral_norm(ctx, x, ord, rows, cols, keepdim, out):
     # The singular values of the matrices spanned by (rows, cols), moved to the end.
     batch = [d for d in range(rank) if d not in (rows, cols)]
     matrices = ctx.op.Transpose(ctx.cast(x, torch.float64), perm=[*batch, rows, cols])
-    nx.annotate(ctx, matrices, ctx.meta(x).to(torch.float64).permute(*batch, rows, cols))
+    S.annotate(ctx, matrices, ctx.meta(x).to(torch.float64).permute(*batch, rows, cols))
     sigma = singular_values(ctx, matrices)  # [..., k]
     last = [rank - 2]
     if ord == "nuc":
-        result = nx.reduce(ctx, "ReduceSum", sigma, last, False)
+        result = R.reduce(ctx, "ReduceSum", sigma, last, False)
     else:
-        result = nx.reduce(ctx, "ReduceMax" if ord == 2 else "ReduceMin", sigma, last, False)
+        result = R.reduce(ctx, "ReduceMax" if ord == 2 else "ReduceMin", sigma, last, False)
     if keepdim:
         result = ctx.op.Unsqueeze(result, ctx.const(sorted([rows, cols]), i64))
     return ctx.cast(result, out)
@@ -470,7 +471,7 @@ def linalg_norm(ctx, self, ord=None, dim=None, keepdim=False, *, dtype=None):
         return matrix_norm(ctx, self, "fro" if ord is None else ord, dims, keepdim, ctx.out_dtype)
     if dims is None and ord is not None and rank == 2:
         return matrix_norm(ctx, self, ord, (-2, -1), keepdim, ctx.out_dtype)
-    axes = nx.reduce_axes(dims, rank)
+    axes = R.reduce_axes(dims, rank)
     return vector_norm(ctx, self, 2 if ord is None else ord, axes, keepdim, ctx.out_dtype)
 
 
@@ -491,7 +492,7 @@ def cumsum(ctx, self, dim, *, dtype=None):
     if rank == 0:
         return ctx.op.Identity(x)
     work = _scan_work(out)
-    summed = ctx.op.CumSum(ctx.cast(x, work), ctx.const(nx.axis(dim, rank), i64))
+    summed = ctx.op.CumSum(ctx.cast(x, work), ctx.const(S.axis(dim, rank), i64))
     return ctx.cast(summed, out)
 
 
@@ -505,11 +506,11 @@ def diff(ctx, self, n=1, dim=-1, prepend=None, append=None):
     out = ctx.out_dtype
     if n == 0:  # torch returns the input as it is, prepend and append ignored
         return ctx.op.Identity(ctx.cast(self, out))
-    ax = nx.axis(dim, ctx.rank(self))
+    ax = S.axis(dim, ctx.rank(self))
     parts = [ctx.cast(t, out) for t in (prepend, self, append) if t is not None]
     x = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=ax)
     for _ in range(n):
-        later = ctx.op.Slice(x, [1], [L.INT64_MAX], [ax])
+        later = ctx.op.Slice(x, [1], [S.INT64_MAX], [ax])
         earlier = ctx.op.Slice(x, [0], [-1], [ax])
         x = ctx.op.Xor(later, earlier) if out == torch.bool else call(ctx, "Sub", later, earlier)
     return x
@@ -519,9 +520,9 @@ def _scan_ready(ctx, self, dim, out):
     """The input in its scan dtype and axis, or None when the scan is the identity."""
     rank = ctx.rank(self)
     x = ctx.cast(self, out)
-    if rank == 0 or nx.static_dim(ctx, self, nx.axis(dim, rank)) in (0, 1):
+    if rank == 0 or S.static_dim(ctx, self, S.axis(dim, rank)) in (0, 1):
         return None, x
-    return nx.axis(dim, rank), x
+    return S.axis(dim, rank), x
 
 
 @translates(aten.cumprod.default)
@@ -534,7 +535,7 @@ def cumprod(ctx, self, dim, *, dtype=None):
     x = ctx.cast(x, work)
     if ctx.has("CumProd"):  # onnxruntime's kernel covers every scan work dtype
         return ctx.cast(ctx.op.CumProd(x, ctx.const(ax, i64)), out)
-    ones = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), 1, work)
+    ones = S.constant_of_shape(ctx, S.shape_without(ctx, self, ax), 1, work)
 
     def body(sub, states, slices):
         product = sub.op.Mul(states[0], slices[0])
@@ -550,9 +551,9 @@ def logcumsumexp(ctx, self, dim):
     ax, x = _scan_ready(ctx, self, dim, out)
     if ax is None:
         return ctx.op.Identity(x)
-    work = nx.float_work(out)
+    work = R.float_work(out)
     x = ctx.cast(x, work)
-    start = L.constant_of_shape(ctx, nx.shape_without(ctx, self, ax), float("-inf"), work)
+    start = S.constant_of_shape(ctx, S.shape_without(ctx, self, ax), float("-inf"), work)
 
     def body(sub, states, slices):
         # log(e^a + e^b) = max + log(1 + e^(min - max)); equal infinities give NaN
@@ -572,7 +573,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
     dtype = ctx.dtype(self)
     ax, x = _scan_ready(ctx, self, dim, dtype)
     if ax is None:
-        zeros = L.constant_of_shape(ctx, ctx.op.Shape(x), 0, i64)
+        zeros = S.constant_of_shape(ctx, ctx.op.Shape(x), 0, i64)
         return ctx.op.Identity(x), zeros
     work = _scan_work(dtype)
     x = ctx.cast(x, work)
@@ -581,7 +582,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
     else:
         info = torch.iinfo(work)
         start_value = info.min if maximum else info.max
-    rest = nx.shape_without(ctx, self, ax)
+    rest = S.shape_without(ctx, self, ax)
     positions = ctx.op.Range(
         ctx.const(0, i64), _n_along(ctx, self, ax, as_value=True), ctx.const(1, i64)
     )
@@ -600,8 +601,8 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
         return [new_best, new_index], [new_best, new_index]
 
     starts = [
-        L.constant_of_shape(ctx, rest, start_value, work),
-        L.constant_of_shape(ctx, rest, 0, i64),
+        S.constant_of_shape(ctx, rest, start_value, work),
+        S.constant_of_shape(ctx, rest, 0, i64),
     ]
     _, _, values, indices = _subgraph.scan_along(
         ctx,
@@ -630,7 +631,7 @@ def cummin(ctx, self, dim):
 # ----------------------------------------------------------------------- order statistics
 def _as_vector(ctx, x):
     """A 0-d tensor as shape [1] (order statistics need an axis)."""
-    return nx.reshaped(ctx, x, [1]) if ctx.rank(x) == 0 else x
+    return S.with_shape(S.reshape(ctx, x, [1], allowzero=False), [1]) if ctx.rank(x) == 0 else x
 
 
 def _kth_smallest(ctx, x, k, ax, keepdim, rank):
@@ -656,17 +657,17 @@ def _middle(ctx, n):
 
 def _n_along(ctx, x, ax, as_value=False):
     """Size of axis ``ax``: an int when static (unless ``as_value``), else a 0-d int64."""
-    size = nx.static_dim(ctx, x, ax)
+    size = S.static_dim(ctx, x, ax)
     if size is not None:
         return ctx.const(size, i64) if as_value else size
-    return ctx.op.Squeeze(dim_size(ctx, x, ax), ctx.const([0], i64))
+    return ctx.op.Squeeze(dim_value(ctx, x, ax), ctx.const([0], i64))
 
 
 @translates(aten.kthvalue.default)
 def kthvalue(ctx, self, k, dim=-1, keepdim=False):
     rank = ctx.rank(self)
     x = _as_vector(ctx, self)
-    return _kth_smallest(ctx, x, k, nx.axis(dim, rank), keepdim, rank)
+    return _kth_smallest(ctx, x, k, S.axis(dim, rank), keepdim, rank)
 
 
 def _median_dim(ctx, self, dim, keepdim, ignore_nan: bool):
@@ -677,15 +678,15 @@ def _median_dim(ctx, self, dim, keepdim, ignore_nan: bool):
 def _median_work(ctx, self, dim, keepdim, ignore_nan: bool):
     """Median values (in a dtype onnxruntime sorts and selects in) and their indices."""
     rank = ctx.rank(self)
-    dtype = nx.reduce_dtype("TopK", ctx.dtype(self))
+    dtype = R.reduce_dtype("TopK", ctx.dtype(self))
     x = ctx.cast(self, dtype)
     if rank == 0:
-        x = nx.reshaped(ctx, x, [1])
-    ax = nx.axis(dim, rank)
+        x = S.with_shape(S.reshape(ctx, x, [1], allowzero=False), [1])
+    ax = S.axis(dim, rank)
     floating = dtype.is_floating_point
     if ignore_nan and floating:
         valid = ctx.op.Not(ctx.op.IsNaN(x))
-        n = nx.reduce(ctx, "ReduceSum", ctx.cast(valid, i64), [ax], False)
+        n = R.reduce(ctx, "ReduceSum", ctx.cast(valid, i64), [ax], False)
         position = ctx.op.Max(_middle(ctx, n), ctx.const(1, i64))
         values, indices = nx.topk(ctx, x, _n_along(ctx, x, ax), ax, largest=False)
         index = ctx.op.Sub(position, ctx.const(1, i64))
@@ -727,12 +728,12 @@ def nanmedian_dim(ctx, self, dim, keepdim=False):
 
 @translates(aten.median.default)
 def median(ctx, self):
-    return _median_dim(ctx, nx.flatten(ctx, self), 0, False, ignore_nan=False)[0]
+    return _median_dim(ctx, S.flatten(ctx, self), 0, False, ignore_nan=False)[0]
 
 
 @translates(aten.nanmedian.default)
 def nanmedian(ctx, self):
-    return _median_dim(ctx, nx.flatten(ctx, self), 0, False, ignore_nan=True)[0]
+    return _median_dim(ctx, S.flatten(ctx, self), 0, False, ignore_nan=True)[0]
 
 
 @translates(aten.mode.default)
@@ -740,22 +741,22 @@ def mode(ctx, self, dim=-1, keepdim=False):
     rank = ctx.rank(self)
     dtype = ctx.dtype(self)
     x = _as_vector(ctx, self)
-    ax = nx.axis(dim, rank)
-    work = nx.reduce_dtype("ReduceMax", dtype)
+    ax = S.axis(dim, rank)
+    work = R.reduce_dtype("ReduceMax", dtype)
     xw = ctx.cast(x, work)
     # Count, for every element, the equal elements in its slice (pairwise comparison).
     pairs = ctx.op.Equal(
         ctx.op.Unsqueeze(xw, ctx.const([ax + 1], i64)), ctx.op.Unsqueeze(xw, ctx.const([ax], i64))
     )
-    counts = nx.reduce(ctx, "ReduceSum", ctx.cast(pairs, i64), [ax + 1], False)
-    most = nx.reduce(ctx, "ReduceMax", counts, [ax], True)
+    counts = R.reduce(ctx, "ReduceSum", ctx.cast(pairs, i64), [ax + 1], False)
+    most = R.reduce(ctx, "ReduceMax", counts, [ax], True)
     if work.is_floating_point:
         biggest = float("inf")
     else:
         biggest = torch.iinfo(work).max
     candidates = ctx.op.Where(ctx.op.Equal(counts, most), xw, ctx.const(biggest, work))
     # Among equally frequent values torch picks the smallest, at its last position.
-    value = nx.reduce(ctx, "ReduceMin", candidates, [ax], True)
+    value = R.reduce(ctx, "ReduceMin", candidates, [ax], True)
     hits = ctx.cast(ctx.op.Equal(xw, value), torch.uint8)
     index = ctx.op.ArgMax(hits, axis=ax, keepdims=1, select_last_index=1)
     value = ctx.cast(value, dtype)
@@ -783,7 +784,7 @@ def _data_range(ctx, x, low, high, widen):
 
 def _bin_totals(ctx, index, bins, weights, work):
     """Sum of ``weights`` (or counts) per bin; index ``bins`` collects what is dropped."""
-    zeros = L.constant_of_shape(ctx, ctx.const([bins + 1], i64), 0, work)
+    zeros = S.constant_of_shape(ctx, ctx.const([bins + 1], i64), 0, work)
     if weights is None:
         weights = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     totals = ctx.op.ScatterElements(zeros, index, weights, axis=0, reduction="add")
@@ -793,8 +794,8 @@ def _bin_totals(ctx, index, bins, weights, work):
 @translates(aten.histc.default)
 def histc(ctx, self, bins=100, min=0, max=0):
     out = ctx.out_dtype
-    work = nx.float_work(out)
-    x = nx.flatten(ctx, ctx.cast(self, work))
+    work = R.float_work(out)
+    x = S.flatten(ctx, ctx.cast(self, work))
     low, high = _data_range(ctx, x, min, max, 1.0)
     index = nx.bin_index(ctx, x, low, high, bins)
     return ctx.cast(_bin_totals(ctx, index, bins, None, work), out)
@@ -805,12 +806,12 @@ def bincount(ctx, self, weights=None, minlength=0):
     out = ctx.out_dtype
     work = i64 if weights is None else _scan_work(out)
     index = ctx.cast(self, i64)
-    largest = nx.reduce(ctx, "ReduceMax", index, None, True)
+    largest = R.reduce(ctx, "ReduceMax", index, None, True)
     length = ctx.op.Max(
         ctx.op.Add(largest, ctx.const([1], i64)),
         ctx.op.Reshape(ctx.scalar(minlength, i64), ctx.const([1], i64)),
     )
-    zeros = L.constant_of_shape(ctx, length, 0, work)
+    zeros = S.constant_of_shape(ctx, length, 0, work)
     if weights is None:
         updates = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(index))
     else:

@@ -14,15 +14,10 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporter.ops._nn_helpers import (
-    FLOAT32_ONLY,
-    as_int_list,
-    dim_size,
-    shape_slice,
-    to_work,
-)
-from exporter.ops._numerics import reduce
+from exporter.ops._nn_helpers import FLOAT32_ONLY, as_int_list, to_work
+from exporter.ops._reduce import reduce
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value, shape_value
 
 aten = torch.ops.aten
 
@@ -63,13 +58,13 @@ def _resize(ctx, input, n, mode, output_size, scales, *, align_corners=False, ne
     else:
         sizes = (
             ctx.op.Concat(
-                shape_slice(ctx, input, 0, ctx.rank(input) - (n - lift)),
+                shape_value(ctx, input, 0, ctx.rank(input) - (n - lift)),
                 ctx.ints(list(output_size)),
                 axis=0,
             )
             if not lift
             else ctx.op.Concat(
-                shape_slice(ctx, input, 0, ctx.rank(input) - 1), ctx.ints(list(output_size)), axis=0
+                shape_value(ctx, input, 0, ctx.rank(input) - 1), ctx.ints(list(output_size)), axis=0
             )
         )
         y = ctx.op.Resize(
@@ -203,7 +198,7 @@ def _resize_antialiased(ctx, input, output_size, scales, align_corners, cubic):
             out = int(size * scale) if out is None else out
             matrices.append(ctx.const(_aa_matrix(size, out, align_corners, scale, cubic), work))
             continue
-        length = ctx.op.Squeeze(dim_size(ctx, input, ctx.rank(input) - 2 + axis), [0])
+        length = ctx.op.Squeeze(dim_value(ctx, input, ctx.rank(input) - 2 + axis), [0])
         if out is None:
             out = ctx.op.Cast(
                 ctx.op.Floor(

@@ -12,7 +12,8 @@ import math
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
+from exporter.ops import _kernels
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -29,8 +30,8 @@ def _is_empty_1d(ctx, value) -> bool:
 # ----------------------------------------------------------------------------- sym sizes
 @translates(aten.sym_size.int)
 def sym_size(ctx, self, dim):
-    size = L.dim_size(ctx, self, dim)
-    return L.as_0d(ctx, size)
+    size = S.dim_size(ctx, self, dim)
+    return S.as_0d(ctx, size)
 
 
 @translates(aten.sym_numel.default)
@@ -41,11 +42,11 @@ def sym_numel(ctx, self):
 @translates(aten.sym_stride.int)
 def sym_stride(ctx, self, dim):
     # Every tensor in the ONNX graph is contiguous: the stride is the product of later sizes.
-    d = L.axis(dim, L.rank_of(ctx, self))
+    d = S.axis(dim, S.rank_of(ctx, self))
     stride = 1
-    for i in range(d + 1, L.rank_of(ctx, self)):
-        stride = L.mul(ctx, stride, L.dim_size(ctx, self, i))
-    return L.as_0d(ctx, stride)
+    for i in range(d + 1, S.rank_of(ctx, self)):
+        stride = S.mul(ctx, stride, S.dim_size(ctx, self, i))
+    return S.as_0d(ctx, stride)
 
 
 @translates(aten.sym_storage_offset.default)
@@ -65,18 +66,18 @@ def _same_shape(ctx, x: ir.Value, shape) -> bool:
     return (
         in_shape is not None
         and len(in_shape) == len(shape)
-        and all(L.size_expr(a) == L.size_expr(b) for a, b in zip(in_shape, shape))
+        and all(S.size_expr(a) == S.size_expr(b) for a, b in zip(in_shape, shape))
     )
 
 
 def reshape_to_out(ctx, x: ir.Value, fallback=None, sources=()) -> ir.Value:
     """Reshape ``x`` to the FX node's output shape, reading symbolic dims from the inputs."""
-    shape = L.out_shape(ctx)
+    shape = S.out_shape(ctx)
     if _same_shape(ctx, x, shape):
         return ctx.op.Identity(x)
-    target = L.target_shape(ctx, shape, [x, *sources], fallback)
-    zero = any(L.is_static(d) and d == 0 for d in shape)
-    return L.reshape(ctx, x, target, allowzero=zero)
+    target = S.target_shape(ctx, shape, [x, *sources], fallback)
+    zero = any(S.is_static(d) and d == 0 for d in shape)
+    return S.reshape(ctx, x, target, allowzero=zero)
 
 
 @translates(
@@ -90,12 +91,12 @@ def view(ctx, self, size):
 
 @translates(aten.view_as.default, aten.reshape_as.default)
 def view_as(ctx, self, other):
-    if _same_shape(ctx, self, L.out_shape(ctx)):
+    if _same_shape(ctx, self, S.out_shape(ctx)):
         return ctx.op.Identity(self)
-    shape = L.out_shape(ctx)
-    if all(L.is_static(d) for d in shape):
+    shape = S.out_shape(ctx)
+    if all(S.is_static(d) for d in shape):
         return reshape_to_out(ctx, self)
-    return L.reshape(ctx, self, ctx.op.Shape(other), allowzero=True)
+    return S.reshape(ctx, self, ctx.op.Shape(other), allowzero=True)
 
 
 @translates(aten.flatten.using_ints, aten.ravel.default, aten.unflatten.int)
@@ -126,15 +127,15 @@ def _transpose(ctx, x: ir.Value, perm: list[int]) -> ir.Value:
 
 @translates(aten.permute.default, aten.permute_copy.default)
 def permute(ctx, self, dims):
-    rank = L.rank_of(ctx, self)
-    return _transpose(ctx, self, [L.axis(d, rank) for d in dims])
+    rank = S.rank_of(ctx, self)
+    return _transpose(ctx, self, [S.axis(d, rank) for d in dims])
 
 
 def swap_perm(rank: int, dim0: int, dim1: int) -> list[int]:
     perm = list(range(rank))
     if rank == 0:
         return perm
-    a, b = L.axis(dim0, rank), L.axis(dim1, rank)
+    a, b = S.axis(dim0, rank), S.axis(dim1, rank)
     perm[a], perm[b] = perm[b], perm[a]
     return perm
 
@@ -143,24 +144,24 @@ def swap_perm(rank: int, dim0: int, dim1: int) -> list[int]:
     aten.transpose.int, aten.transpose_copy.int, aten.swapaxes.default, aten.swapdims.default
 )
 def transpose(ctx, self, dim0, dim1):
-    return _transpose(ctx, self, swap_perm(L.rank_of(ctx, self), dim0, dim1))
+    return _transpose(ctx, self, swap_perm(S.rank_of(ctx, self), dim0, dim1))
 
 
 @translates(aten.t.default, aten.t_copy.default)
 def t(ctx, self):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     return _transpose(ctx, self, list(range(rank))[::-1])
 
 
 @translates(aten.numpy_T.default)
 def numpy_t(ctx, self):
-    return _transpose(ctx, self, list(range(L.rank_of(ctx, self)))[::-1])
+    return _transpose(ctx, self, list(range(S.rank_of(ctx, self)))[::-1])
 
 
 @translates(aten.mT.default, aten.adjoint.default, aten.mH.default, aten.matrix_H.default)
 def matrix_transpose(ctx, self):
     # Real tensors only: the conjugate of a real tensor is itself.
-    return _transpose(ctx, self, swap_perm(L.rank_of(ctx, self), -2, -1))
+    return _transpose(ctx, self, swap_perm(S.rank_of(ctx, self), -2, -1))
 
 
 def move_perm(rank: int, source, destination) -> list[int]:
@@ -168,8 +169,8 @@ def move_perm(rank: int, source, destination) -> list[int]:
     dst = [destination] if isinstance(destination, int) else list(destination)
     if len(src) != len(dst):
         raise ValueError(f"movedim: {len(src)} source dims but {len(dst)} destination dims")
-    src = [L.axis(s, rank) for s in src]
-    dst = [L.axis(d, rank) for d in dst]
+    src = [S.axis(s, rank) for s in src]
+    dst = [S.axis(d, rank) for d in dst]
     perm = [-1] * rank
     for s, d in zip(src, dst):
         perm[d] = s
@@ -179,7 +180,7 @@ def move_perm(rank: int, source, destination) -> list[int]:
 
 @translates(aten.movedim.int, aten.movedim.intlist, aten.moveaxis.int, aten.moveaxis.intlist)
 def movedim(ctx, self, source, destination):
-    return _transpose(ctx, self, move_perm(L.rank_of(ctx, self), source, destination))
+    return _transpose(ctx, self, move_perm(S.rank_of(ctx, self), source, destination))
 
 
 # --------------------------------------------------------------------------- broadcasting
@@ -189,29 +190,29 @@ def _sym_equal(ctx, value, dim) -> bool:
     return (
         meta is not None
         and not isinstance(meta, torch.Tensor)
-        and L.size_expr(meta) == L.size_expr(dim)
+        and S.size_expr(meta) == S.size_expr(dim)
     )
 
 
 def expand_to(ctx, x: ir.Value, size) -> ir.Value:
-    rank = L.rank_of(ctx, x)
+    rank = S.rank_of(ctx, x)
     in_shape = ctx.shape(x) or (None,) * rank
     lead = len(size) - rank
     if lead < 0:
         raise ValueError(f"expand: {len(size)} sizes for a tensor of rank {rank}")
-    entries: list[L.Size] = []
+    entries: list[S.Size] = []
     for i, s in enumerate(size):
         j = i - lead
         keep = j >= 0 and (
-            (L.is_static(s) and s == -1)
-            or (L.is_static(s) and L.is_static(in_shape[j]) and s == in_shape[j])
+            (S.is_static(s) and s == -1)
+            or (S.is_static(s) and S.is_static(in_shape[j]) and s == in_shape[j])
             or (isinstance(s, ir.Value) and _sym_equal(ctx, s, in_shape[j]))
         )
         # Expand broadcasts both ways, so 1 keeps the input's dim without reading its size.
-        entries.append(1 if keep else L.as_size(ctx, s))
-    if lead == 0 and all(L.is_static(e) and e == 1 for e in entries):
+        entries.append(1 if keep else S.as_size(ctx, s))
+    if lead == 0 and all(S.is_static(e) and e == 1 for e in entries):
         return ctx.op.Identity(x)
-    return L.data_op(ctx, "Expand", "Expand", x, L.concat_sizes(ctx, entries))
+    return _kernels.data_op(ctx, "Expand", "Expand", x, S.concat_sizes(ctx, entries))
 
 
 @translates(aten.expand.default, aten.expand_copy.default, aten.broadcast_to.default)
@@ -229,31 +230,31 @@ def expand_as(ctx, self, other):
             ctx,
             self,
             [
-                d if L.is_static(d) else ctx.op.Shape(other, start=i, end=i + 1)
+                d if S.is_static(d) else ctx.op.Shape(other, start=i, end=i + 1)
                 for i, d in enumerate(shape)
             ],
         )
-    return L.data_op(ctx, "Expand", "Expand", self, ctx.op.Shape(other))
+    return _kernels.data_op(ctx, "Expand", "Expand", self, ctx.op.Shape(other))
 
 
 @translates(aten.broadcast_tensors.default)
 def broadcast_tensors(ctx, tensors):
     outs = []
     for i, t_ in enumerate(tensors):
-        shape = L.out_shape(ctx, i)
+        shape = S.out_shape(ctx, i)
         if _same_shape(ctx, t_, shape):
             outs.append(ctx.op.Identity(t_))
             continue
-        target = L.target_shape(ctx, shape, tensors)
-        outs.append(L.data_op(ctx, "Expand", "Expand", t_, target))
+        target = S.target_shape(ctx, shape, tensors)
+        outs.append(_kernels.data_op(ctx, "Expand", "Expand", t_, target))
     return tuple(outs)
 
 
 @translates(aten.meshgrid.default, aten.meshgrid.indexing)
 def meshgrid(ctx, tensors, indexing="ij"):
     n = len(tensors)
-    full = L.out_shape(ctx, 0) if n else ()
-    target = L.target_shape(ctx, full, tensors) if n else None
+    full = S.out_shape(ctx, 0) if n else ()
+    target = S.target_shape(ctx, full, tensors) if n else None
     outs = []
     for i, t_ in enumerate(tensors):
         pos = i
@@ -262,7 +263,7 @@ def meshgrid(ctx, tensors, indexing="ij"):
         shape = [1] * n
         shape[pos] = -1
         col = ctx.op.Reshape(t_, shape)
-        outs.append(L.data_op(ctx, "Expand", "Expand", col, target))
+        outs.append(_kernels.data_op(ctx, "Expand", "Expand", col, target))
     return tuple(outs)
 
 
@@ -276,15 +277,15 @@ def meshgrid(ctx, tensors, indexing="ij"):
     aten.squeeze_copy.dims,
 )
 def squeeze(ctx, self, dim=None):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     shape = ctx.shape(self)
     if dim is None:
         dims = list(range(rank))
     else:
         dims = [dim] if isinstance(dim, int) else list(dim)
-        dims = sorted({L.axis(d, rank) for d in dims}) if rank else []
+        dims = sorted({S.axis(d, rank) for d in dims}) if rank else []
     # torch leaves dims that are not 1 alone; a symbolic dim is never 1 after export.
-    axes = [d for d in dims if rank and L.is_static(shape[d]) and shape[d] == 1]
+    axes = [d for d in dims if rank and S.is_static(shape[d]) and shape[d] == 1]
     if not axes:
         return ctx.op.Identity(self)
     return ctx.op.Squeeze(self, axes)
@@ -292,18 +293,18 @@ def squeeze(ctx, self, dim=None):
 
 @translates(aten.unsqueeze.default, aten.unsqueeze_copy.default)
 def unsqueeze(ctx, self, dim):
-    return ctx.op.Unsqueeze(self, [L.axis(dim, L.rank_of(ctx, self) + 1)])
+    return ctx.op.Unsqueeze(self, [S.axis(dim, S.rank_of(ctx, self) + 1)])
 
 
 # --------------------------------------------------------------------- concatenation
 def _cat(ctx, tensors, dim: int, dtype: torch.dtype) -> ir.Value:
     # torch's legacy rule: 1-D empty tensors are skipped whatever the other tensors' rank.
     kept = [t_ for t_ in tensors if not _is_empty_1d(ctx, t_)] or list(tensors[:1])
-    rank = L.rank_of(ctx, kept[0])
+    rank = S.rank_of(ctx, kept[0])
     kept = [ctx.cast(t_, dtype) for t_ in kept]
     if len(kept) == 1:
         return ctx.op.Identity(kept[0])
-    return ctx.op.Concat(*kept, axis=L.axis(dim, rank))
+    return ctx.op.Concat(*kept, axis=S.axis(dim, rank))
 
 
 @translates(aten.cat.default, aten.concat.default, aten.concatenate.default)
@@ -314,14 +315,14 @@ def cat(ctx, tensors, dim=0):
 @translates(aten.stack.default)
 def stack(ctx, tensors, dim=0):
     dtype = ctx.out_dtype
-    d = L.axis(dim, L.rank_of(ctx, tensors[0]) + 1)
+    d = S.axis(dim, S.rank_of(ctx, tensors[0]) + 1)
     parts = [ctx.op.Unsqueeze(ctx.cast(t_, dtype), [d]) for t_ in tensors]
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=d)
 
 
 def atleast(ctx, x: ir.Value, n: int) -> ir.Value:
     """torch.atleast_{1,2,3}d: 0-d -> (1,..), 1-D (k) -> (1,k) / (1,k,1), 2-D (m,k) -> (m,k,1)."""
-    rank = L.rank_of(ctx, x)
+    rank = S.rank_of(ctx, x)
     if rank >= n:
         return x
     if rank == 0:
@@ -355,7 +356,7 @@ def atleast_nd(ctx, tensors):
 @translates(aten.hstack.default)
 def hstack(ctx, tensors):
     parts = [atleast(ctx, t_, 1) for t_ in tensors]
-    axis_ = 0 if L.rank_of(ctx, tensors[0]) <= 1 else 1
+    axis_ = 0 if S.rank_of(ctx, tensors[0]) <= 1 else 1
     return _cat_skipping_empty(ctx, tensors, parts, axis_)
 
 
@@ -379,7 +380,7 @@ def dstack(ctx, tensors):
 def column_stack(ctx, tensors):
     parts = []
     for t_ in tensors:
-        rank = L.rank_of(ctx, t_)
+        rank = S.rank_of(ctx, t_)
         parts.append(
             ctx.op.Reshape(t_, [1, 1])
             if rank == 0
@@ -391,43 +392,43 @@ def column_stack(ctx, tensors):
 
 
 # ------------------------------------------------------------------------- splitting
-def _slice(ctx, x, start: L.Size, end: L.Size, axis_: int, step: L.Size = 1) -> ir.Value:
-    return ctx.op.Slice(x, L.as_1d(ctx, start), L.as_1d(ctx, end), [axis_], L.as_1d(ctx, step))
+def _slice(ctx, x, start: S.Size, end: S.Size, axis_: int, step: S.Size = 1) -> ir.Value:
+    return ctx.op.Slice(x, S.as_1d(ctx, start), S.as_1d(ctx, end), [axis_], S.as_1d(ctx, step))
 
 
-def split_sizes(ctx, x: ir.Value, sizes: list[L.Size], axis_: int) -> tuple[ir.Value, ...]:
+def split_sizes(ctx, x: ir.Value, sizes: list[S.Size], axis_: int) -> tuple[ir.Value, ...]:
     """Split along ``axis_`` into pieces of the given sizes (which sum to the dim size)."""
     if len(sizes) == 1:
         return (ctx.op.Identity(x),)
-    pieces = ctx.op.Split(x, L.concat_sizes(ctx, sizes), axis=axis_, _outputs=len(sizes))
-    return L.typed_like(pieces, x)
+    pieces = ctx.op.Split(x, S.concat_sizes(ctx, sizes), axis=axis_, _outputs=len(sizes))
+    return _kernels.typed_like(pieces, x)
 
 
-def split_at(ctx, x: ir.Value, bounds: list[L.Size], axis_: int) -> tuple[ir.Value, ...]:
+def split_at(ctx, x: ir.Value, bounds: list[S.Size], axis_: int) -> tuple[ir.Value, ...]:
     """Pieces x[b_i : b_{i+1}] along ``axis_``; Slice clamps bounds past the end."""
     if len(bounds) == 2:
         return (ctx.op.Identity(x),)
     pieces = []
     for i in range(len(bounds) - 1):
-        end = L.INT64_MAX if i == len(bounds) - 2 else bounds[i + 1]
+        end = S.INT64_MAX if i == len(bounds) - 2 else bounds[i + 1]
         pieces.append(_slice(ctx, x, bounds[i], end, axis_))
     return tuple(pieces)
 
 
 def _out_sizes(ctx, axis_: int) -> list:
-    return [L.out_shape(ctx, i)[axis_] for i in range(len(ctx.out))]
+    return [S.out_shape(ctx, i)[axis_] for i in range(len(ctx.out))]
 
 
 @translates(aten.split.Tensor, aten.split_copy.Tensor, aten.unsafe_split.Tensor)
 def split(ctx, self, split_size, dim=0):
     if isinstance(split_size, (list, tuple)):
         return split_with_sizes(ctx, self, split_size, dim)
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
     sizes = _out_sizes(ctx, axis_)
-    if all(L.is_static(s) for s in sizes):
+    if all(S.is_static(s) for s in sizes):
         return split_sizes(ctx, self, sizes, axis_)
-    step = L.as_size(ctx, split_size)
-    bounds = [L.mul(ctx, i, step) for i in range(len(sizes))] + [L.INT64_MAX]
+    step = S.as_size(ctx, split_size)
+    bounds = [S.mul(ctx, i, step) for i in range(len(sizes))] + [S.INT64_MAX]
     return split_at(ctx, self, bounds, axis_)
 
 
@@ -438,52 +439,52 @@ def split(ctx, self, split_size, dim=0):
     aten.unsafe_split_with_sizes.default,
 )
 def split_with_sizes(ctx, self, split_sizes_, dim=0):
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
-    return split_sizes(ctx, self, L.size_list(ctx, split_sizes_), axis_)
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
+    return split_sizes(ctx, self, S.size_list(ctx, split_sizes_), axis_)
 
 
 @translates(aten.chunk.default, aten.unsafe_chunk.default)
 def chunk(ctx, self, chunks, dim=0):
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
     sizes = _out_sizes(ctx, axis_)
-    if all(L.is_static(s) for s in sizes):
+    if all(S.is_static(s) for s in sizes):
         return split_sizes(ctx, self, sizes, axis_)
-    dim_size = L.dim_size(ctx, self, axis_)
-    step = L.floordiv(ctx, L.add(ctx, dim_size, chunks - 1), chunks)
-    bounds = [L.mul(ctx, i, step) for i in range(len(sizes))] + [L.INT64_MAX]
+    dim_size = S.dim_size(ctx, self, axis_)
+    step = S.floordiv(ctx, S.add(ctx, dim_size, chunks - 1), chunks)
+    bounds = [S.mul(ctx, i, step) for i in range(len(sizes))] + [S.INT64_MAX]
     return split_at(ctx, self, bounds, axis_)
 
 
 @translates(aten.tensor_split.sections)
 def tensor_split_sections(ctx, self, sections, dim=0):
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
     sizes = _out_sizes(ctx, axis_)
-    if all(L.is_static(s) for s in sizes):
+    if all(S.is_static(s) for s in sizes):
         return split_sizes(ctx, self, sizes, axis_)
     # The first (size % n) pieces get one extra element.
     n = int(sections)
-    dim_size = L.dim_size(ctx, self, axis_)
-    base, extra = L.floordiv(ctx, dim_size, n), ctx.op.Mod(L.as_1d(ctx, dim_size), [n])
-    bounds = [L.add(ctx, L.mul(ctx, i, base), ctx.op.Min(extra, [i])) for i in range(n)]
-    return split_at(ctx, self, bounds + [L.INT64_MAX], axis_)
+    dim_size = S.dim_size(ctx, self, axis_)
+    base, extra = S.floordiv(ctx, dim_size, n), ctx.op.Mod(S.as_1d(ctx, dim_size), [n])
+    bounds = [S.add(ctx, S.mul(ctx, i, base), ctx.op.Min(extra, [i])) for i in range(n)]
+    return split_at(ctx, self, bounds + [S.INT64_MAX], axis_)
 
 
 @translates(aten.tensor_split.indices)
 def tensor_split_indices(ctx, self, indices, dim=0):
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
-    return split_at(ctx, self, [0, *L.size_list(ctx, indices), L.INT64_MAX], axis_)
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
+    return split_at(ctx, self, [0, *S.size_list(ctx, indices), S.INT64_MAX], axis_)
 
 
 @translates(aten.tensor_split.tensor_indices_or_sections)
 def tensor_split_tensor(ctx, self, tensor_indices_or_sections, dim=0):
     n = len(ctx.out)
-    if L.rank_of(ctx, tensor_indices_or_sections) == 0:
+    if S.rank_of(ctx, tensor_indices_or_sections) == 0:
         # The number of pieces is fixed by the export; it is the section count.
         return tensor_split_sections(ctx, self, n, dim)
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
     indices = ctx.cast(tensor_indices_or_sections, torch.int64)
     bounds = [ctx.op.Gather(indices, [i], axis=0) for i in range(n - 1)]
-    return split_at(ctx, self, [0, *bounds, L.INT64_MAX], axis_)
+    return split_at(ctx, self, [0, *bounds, S.INT64_MAX], axis_)
 
 
 def _hvd_split(ctx, self, sections, dim: int):
@@ -494,7 +495,7 @@ def _hvd_split(ctx, self, sections, dim: int):
 
 @translates(aten.hsplit.int, aten.hsplit.array)
 def hsplit(ctx, self, sections):
-    return _hvd_split(ctx, self, sections, 1 if L.rank_of(ctx, self) > 1 else 0)
+    return _hvd_split(ctx, self, sections, 1 if S.rank_of(ctx, self) > 1 else 0)
 
 
 @translates(aten.vsplit.int, aten.vsplit.array)
@@ -509,7 +510,7 @@ def dsplit(ctx, self, sections):
 
 @translates(aten.unbind.int, aten.unbind_copy.int)
 def unbind(ctx, self, dim=0):
-    axis_ = L.axis(dim, L.rank_of(ctx, self))
+    axis_ = S.axis(dim, S.rank_of(ctx, self))
     n = len(ctx.out)
     if n == 0:
         return ()
@@ -522,13 +523,13 @@ def flip_axes(ctx, x: ir.Value, axes: list[int]) -> ir.Value:
     if not axes:
         return ctx.op.Identity(x)
     k = len(axes)
-    return ctx.op.Slice(x, [-1] * k, [L.INT64_MIN] * k, axes, [-1] * k)
+    return ctx.op.Slice(x, [-1] * k, [S.INT64_MIN] * k, axes, [-1] * k)
 
 
 @translates(aten.flip.default)
 def flip(ctx, self, dims):
-    rank = L.rank_of(ctx, self)
-    axes = sorted({L.axis(d, rank) for d in dims}) if rank else []
+    rank = S.rank_of(ctx, self)
+    axes = sorted({S.axis(d, rank) for d in dims}) if rank else []
     return flip_axes(ctx, self, axes)
 
 
@@ -544,8 +545,8 @@ def flipud(ctx, self):
 
 @translates(aten.rot90.default)
 def rot90(ctx, self, k=1, dims=(0, 1)):
-    rank = L.rank_of(ctx, self)
-    d0, d1 = (L.axis(d, rank) for d in dims)
+    rank = S.rank_of(ctx, self)
+    d0, d1 = (S.axis(d, rank) for d in dims)
     k %= 4
     if k == 0:
         return ctx.op.Identity(self)
@@ -559,30 +560,30 @@ def rot90(ctx, self, k=1, dims=(0, 1)):
 def roll(ctx, self, shifts, dims=()):
     shifts = [shifts] if isinstance(shifts, (int, ir.Value)) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     if not dims:
         static = ctx.static_shape(self)
         numel = math.prod(static) if static is not None else ctx.op.Reshape(ctx.op.Size(self), [1])
         rolled = _roll_axis(ctx, ctx.op.Reshape(self, [-1]), shifts[0], numel, 0)
-        return ctx.op.Reshape(rolled, L.shape_value(ctx, self), allowzero=1)
+        return ctx.op.Reshape(rolled, S.shape_value(ctx, self), allowzero=1)
     if len(shifts) != len(dims):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     out = self
     for shift, dim in zip(shifts, dims):
-        axis_ = L.axis(dim, rank)
-        out = _roll_axis(ctx, out, shift, L.dim_size(ctx, self, axis_), axis_)
+        axis_ = S.axis(dim, rank)
+        out = _roll_axis(ctx, out, shift, S.dim_size(ctx, self, axis_), axis_)
     return out if out is not self else ctx.op.Identity(self)
 
 
 def _roll_axis(ctx, x, shift, size, axis_: int):
-    if L.is_static(size) and L.is_static(shift):
+    if S.is_static(size) and S.is_static(shift):
         if size == 0 or shift % size == 0:
             return x
         cut = size - shift % size
     else:
         # ONNX Mod on integers takes the divisor's sign, like Python's %.
-        cut = L.sub(ctx, size, ctx.op.Mod(L.as_1d(ctx, L.as_size(ctx, shift)), L.as_1d(ctx, size)))
-    tail = _slice(ctx, x, cut, L.INT64_MAX, axis_)
+        cut = S.sub(ctx, size, ctx.op.Mod(S.as_1d(ctx, S.as_size(ctx, shift)), S.as_1d(ctx, size)))
+    tail = _slice(ctx, x, cut, S.INT64_MAX, axis_)
     head = _slice(ctx, x, 0, cut, axis_)
     return ctx.op.Concat(tail, head, axis=axis_)
 
@@ -590,19 +591,19 @@ def _roll_axis(ctx, x, shift, size, axis_: int):
 # ----------------------------------------------------------------------------- repeats
 @translates(aten.repeat.default)
 def repeat(ctx, self, repeats):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     repeats = list(repeats)
     x = self
     if len(repeats) > rank:
         x = ctx.op.Unsqueeze(self, list(range(len(repeats) - rank)))
-    if len(repeats) == rank and all(L.is_static(r) and r == 1 for r in repeats):
+    if len(repeats) == rank and all(S.is_static(r) and r == 1 for r in repeats):
         return ctx.op.Identity(self)
-    return L.data_op(ctx, "Tile", "Tile", x, L.shape_arg(ctx, repeats))
+    return _kernels.data_op(ctx, "Tile", "Tile", x, S.shape_arg(ctx, repeats))
 
 
 @translates(aten.tile.default)
 def tile(ctx, self, dims):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     dims = list(dims)
     if len(dims) < rank:
         dims = [1] * (rank - len(dims)) + dims
@@ -612,28 +613,28 @@ def tile(ctx, self, dims):
 @translates(aten.repeat_interleave.self_int)
 def repeat_interleave_int(ctx, self, repeats, dim=None, *, output_size=None):
     x = self
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     if dim is None or rank == 0:
         x = ctx.op.Reshape(self, [-1])
         before, after, size, axis_ = [], [], None, 0
     else:
-        axis_ = L.axis(dim, rank)
-        before = [L.dim_size(ctx, self, i) for i in range(axis_)]
-        after = [L.dim_size(ctx, self, i) for i in range(axis_ + 1, rank)]
-        size = L.dim_size(ctx, self, axis_)
-    reps = L.as_size(ctx, repeats)
+        axis_ = S.axis(dim, rank)
+        before = [S.dim_size(ctx, self, i) for i in range(axis_)]
+        after = [S.dim_size(ctx, self, i) for i in range(axis_ + 1, rank)]
+        size = S.dim_size(ctx, self, axis_)
+    reps = S.as_size(ctx, repeats)
     grown = [1] * (len(before) + len(after) + 2)
     grown[axis_ + 1] = reps
-    expanded = L.data_op(
-        ctx, "Expand", "Expand", ctx.op.Unsqueeze(x, [axis_ + 1]), L.concat_sizes(ctx, grown)
+    expanded = _kernels.data_op(
+        ctx, "Expand", "Expand", ctx.op.Unsqueeze(x, [axis_ + 1]), S.concat_sizes(ctx, grown)
     )
     if size is None:
         return ctx.op.Reshape(expanded, [-1])
-    target = L.concat_sizes(ctx, [*before, L.mul(ctx, size, reps), *after])
+    target = S.concat_sizes(ctx, [*before, S.mul(ctx, size, reps), *after])
     return ctx.op.Reshape(expanded, target, allowzero=1)
 
 
-def repeat_indices(ctx, repeats: ir.Value, count: L.Size | None) -> ir.Value:
+def repeat_indices(ctx, repeats: ir.Value, count: S.Size | None) -> ir.Value:
     """torch.repeat_interleave(repeats): i repeated repeats[i] times, as int64 indices.
 
     Marks where each segment ends (a scatter-add, so zero repeats stack up) and counts the
@@ -641,10 +642,10 @@ def repeat_indices(ctx, repeats: ir.Value, count: L.Size | None) -> ir.Value:
     """
     reps = ctx.op.Reshape(ctx.cast(repeats, torch.int64), [-1])
     if count is not None:
-        reps = ctx.op.Expand(reps, L.as_1d(ctx, count))
+        reps = ctx.op.Expand(reps, S.as_1d(ctx, count))
     ends = ctx.op.CumSum(reps, ctx.const(0, torch.int64))
     total = ctx.op.ReduceSum(reps, keepdims=1)
-    marks = L.constant_of_shape(ctx, ctx.op.Add(total, [1]), 0, torch.int64)
+    marks = S.constant_of_shape(ctx, ctx.op.Add(total, [1]), 0, torch.int64)
     ones = ctx.op.Expand(ctx.const([1], torch.int64), ctx.op.Shape(ends))
     marks = ctx.op.ScatterElements(marks, ends, ones, axis=0, reduction="add")
     marks = ctx.op.Slice(marks, [0], total, [0])
@@ -658,7 +659,7 @@ def repeat_interleave_tensor(ctx, repeats, *, output_size=None):
 
 @translates(aten.repeat_interleave.self_Tensor)
 def repeat_interleave_self_tensor(ctx, self, repeats, dim=None, *, output_size=None):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     if dim is None or rank == 0:
         x, axis_ = ctx.op.Reshape(self, [-1]), 0
         count = (
@@ -669,14 +670,14 @@ def repeat_interleave_self_tensor(ctx, self, repeats, dim=None, *, output_size=N
         if isinstance(count, ir.Value):
             count = ctx.op.Reshape(count, [1])
     else:
-        x, axis_ = self, L.axis(dim, rank)
-        count = L.dim_size(ctx, self, axis_)
+        x, axis_ = self, S.axis(dim, rank)
+        count = S.dim_size(ctx, self, axis_)
     return ctx.op.Gather(x, repeat_indices(ctx, repeats, count), axis=axis_)
 
 
 # --------------------------------------------------------------------------- triangles
 def _trilu(ctx, self, diagonal, upper: int) -> ir.Value:
-    return L.data_op(ctx, "Trilu", "Trilu", self, ctx.scalar(diagonal), upper=upper)
+    return _kernels.data_op(ctx, "Trilu", "Trilu", self, ctx.scalar(diagonal), upper=upper)
 
 
 # Two translations rather than one reading the node's target: the in-place overloads (triu_)
@@ -700,29 +701,29 @@ def _storage_order(ctx, x: ir.Value) -> tuple[ir.Value, int | None]:
     of contiguous), which covers inputs and the results of the ops decompositions produce.
     """
     meta = ctx.meta(x)
-    rank = L.rank_of(ctx, x)
+    rank = S.rank_of(ctx, x)
     offset = 0
     if isinstance(meta, torch.Tensor):
-        strides = [int(s) if L.is_static(s) else None for s in meta.stride()]
+        strides = [int(s) if S.is_static(s) else None for s in meta.stride()]
         if rank > 1 and None not in strides:
             perm = sorted(range(rank), key=lambda i: -strides[i])
             if perm != list(range(rank)):
                 x = ctx.op.Transpose(x, perm=perm)
-        offset = int(meta.storage_offset()) if L.is_static(meta.storage_offset()) else None
+        offset = int(meta.storage_offset()) if S.is_static(meta.storage_offset()) else None
     return ctx.op.Reshape(x, [-1]), offset
 
 
 def strided_indices(ctx, size, stride, offset) -> ir.Value:
     """Flat indices offset + sum_i arange(size_i) * stride_i, broadcast to shape ``size``."""
     n = len(size)
-    index: ir.Value = ctx.const(int(offset) if L.is_static(offset) else 0, torch.int64)
-    if not L.is_static(offset):
-        index = L.as_0d(ctx, L.as_size(ctx, offset))
+    index: ir.Value = ctx.const(int(offset) if S.is_static(offset) else 0, torch.int64)
+    if not S.is_static(offset):
+        index = S.as_0d(ctx, S.as_size(ctx, offset))
     for i, (s, st) in enumerate(zip(size, stride)):
         steps = ctx.op.Range(
-            ctx.const(0, torch.int64), L.as_0d(ctx, L.as_size(ctx, s)), ctx.const(1, torch.int64)
+            ctx.const(0, torch.int64), S.as_0d(ctx, S.as_size(ctx, s)), ctx.const(1, torch.int64)
         )
-        steps = ctx.op.Mul(steps, L.as_0d(ctx, L.as_size(ctx, st)))
+        steps = ctx.op.Mul(steps, S.as_0d(ctx, S.as_size(ctx, st)))
         shape = [1] * n
         shape[i] = -1
         index = ctx.op.Add(index, ctx.op.Reshape(steps, shape))
@@ -738,7 +739,7 @@ def as_strided(ctx, self, size, stride, storage_offset=None):
     return ctx.op.Gather(flat, index, axis=0)
 
 
-def _relative_offset(ctx, storage_offset, base: int | None) -> L.Size:
+def _relative_offset(ctx, storage_offset, base: int | None) -> S.Size:
     """as_strided's storage offset counted from the tensor's first element."""
     if storage_offset is None:
         return 0  # the default is the tensor's own offset
@@ -747,8 +748,8 @@ def _relative_offset(ctx, storage_offset, base: int | None) -> L.Size:
             "as_strided with an explicit storage_offset on an input whose own storage offset is "
             "symbolic cannot be expressed in ONNX; export with a contiguous input tensor"
         )
-    if not L.is_static(storage_offset):
-        return L.sub(ctx, L.as_size(ctx, storage_offset), base)
+    if not S.is_static(storage_offset):
+        return S.sub(ctx, S.as_size(ctx, storage_offset), base)
     if storage_offset < base:
         raise ValueError(
             f"as_strided reads storage before the tensor's first element (storage offset "
@@ -769,20 +770,20 @@ def as_strided_scatter(ctx, self, src, size, stride, storage_offset=None):
     index = strided_indices(ctx, list(size), list(stride), storage_offset or 0)
     updates = ctx.op.Reshape(ctx.cast(src, ctx.dtype(self)), [-1])
     out = ctx.op.ScatterElements(flat, ctx.op.Reshape(index, [-1]), updates, axis=0)
-    return ctx.op.Reshape(out, L.shape_value(ctx, self), allowzero=1)
+    return ctx.op.Reshape(out, S.shape_value(ctx, self), allowzero=1)
 
 
 @translates(aten.unfold.default, aten.unfold_copy.default)
 def unfold(ctx, self, dimension, size, step):
-    rank = L.rank_of(ctx, self)
+    rank = S.rank_of(ctx, self)
     if rank == 0:
         return ctx.op.Reshape(self, [1])
-    axis_ = L.axis(dimension, rank)
-    dim_size = L.dim_size(ctx, self, axis_)
-    windows = L.add(ctx, L.floordiv(ctx, L.sub(ctx, dim_size, size), step), 1)
+    axis_ = S.axis(dimension, rank)
+    dim_size = S.dim_size(ctx, self, axis_)
+    windows = S.add(ctx, S.floordiv(ctx, S.sub(ctx, dim_size, size), step), 1)
     zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
     starts = ctx.op.Mul(
-        ctx.op.Range(zero, L.as_0d(ctx, windows), one), ctx.const(step, torch.int64)
+        ctx.op.Range(zero, S.as_0d(ctx, windows), one), ctx.const(step, torch.int64)
     )
     offsets = ctx.op.Range(zero, ctx.const(size, torch.int64), one)
     index = ctx.op.Add(ctx.op.Unsqueeze(starts, [1]), ctx.op.Unsqueeze(offsets, [0]))

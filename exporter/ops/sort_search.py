@@ -12,9 +12,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporter.ops import _layout as L
 from exporter.ops import _numerics as nx
-from exporter.ops._nn_helpers import dim_size
+from exporter.ops import _reduce as R
+from exporter.ops import _shape as S
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -24,32 +24,27 @@ i64 = torch.int64
 _UNIQUE_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int8})
 
 
-def _axis_length(ctx, x, ax):
-    size = nx.static_dim(ctx, x, ax)
-    return size if size is not None else dim_size(ctx, x, ax)
-
-
 # ------------------------------------------------------------------------------ topk / sort
 @translates(aten.topk.default)
 def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     rank = ctx.rank(self)
     if rank == 0:
-        x = nx.reshaped(ctx, self, [1])
+        x = S.with_shape(S.reshape(ctx, self, [1], allowzero=False), [1])
         values, indices = nx.topk(ctx, x, k, 0, bool(largest))
         scalar = ctx.const([], i64)
         return ctx.op.Reshape(values, scalar), ctx.op.Reshape(indices, scalar)
     # sorted=False allows any order; sorted output is one of them.
-    return nx.topk(ctx, self, k, nx.axis(dim, rank), bool(largest))
+    return nx.topk(ctx, self, k, S.axis(dim, rank), bool(largest))
 
 
 def _sort(ctx, self, dim, descending):
     rank = ctx.rank(self)
     if rank == 0:
         return ctx.op.Identity(self), ctx.const(0, i64)
-    ax = nx.axis(dim, rank)
-    if nx.static_dim(ctx, self, ax) in (0, 1):
-        return ctx.op.Identity(self), L.constant_of_shape(ctx, ctx.op.Shape(self), 0, i64)
-    return nx.topk(ctx, self, _axis_length(ctx, self, ax), ax, bool(descending))
+    ax = S.axis(dim, rank)
+    if S.static_dim(ctx, self, ax) in (0, 1):
+        return ctx.op.Identity(self), S.constant_of_shape(ctx, ctx.op.Shape(self), 0, i64)
+    return nx.topk(ctx, self, S.dim_size(ctx, self, ax), ax, bool(descending))
 
 
 @translates(aten.sort.default)
@@ -137,7 +132,7 @@ def unique_dim(ctx, self, dim, sorted=True, return_inverse=False, return_counts=
     rank = ctx.rank(self)
     x, dtype = _unique_input(ctx, self)
     # ONNX Unique along an axis orders the slices lexicographically, as torch does.
-    values, _, inverse, counts = _unique_node(ctx, x, axis=nx.axis(dim, rank))
+    values, _, inverse, counts = _unique_node(ctx, x, axis=S.axis(dim, rank))
     return ctx.cast(values, dtype), inverse, counts
 
 
@@ -145,9 +140,9 @@ def unique_dim(ctx, self, dim, sorted=True, return_inverse=False, return_counts=
 def unique_consecutive(ctx, self, return_inverse=False, return_counts=False, dim=None):
     rank = ctx.rank(self)
     if dim is None or rank == 0:
-        x, ax, x_rank = nx.flatten(ctx, self), 0, 1
+        x, ax, x_rank = S.flatten(ctx, self), 0, 1
     else:
-        x, ax, x_rank = self, nx.axis(dim, rank), rank
+        x, ax, x_rank = self, S.axis(dim, rank), rank
     n = ctx.op.Shape(x, start=ax, end=ax + 1)
     # A run starts where a slice differs from its predecessor (the first slice always does).
     head = ctx.op.Slice(x, ctx.const([0], i64), ctx.const([-1], i64), ctx.const([ax], i64))
@@ -160,7 +155,7 @@ def unique_consecutive(ctx, self, return_inverse=False, return_counts=False, dim
     other_axes = [a for a in range(x_rank) if a != ax]
     if other_axes:
         differs = ctx.cast(
-            nx.reduce(ctx, "ReduceMax", ctx.cast(differs, torch.uint8), other_axes, False),
+            R.reduce(ctx, "ReduceMax", ctx.cast(differs, torch.uint8), other_axes, False),
             torch.bool,
         )
     starts = ctx.op.Concat(ctx.const([True], torch.bool), differs, axis=0)
@@ -215,7 +210,7 @@ def _search(ctx, sorted_sequence, values, right, sorter, out_int32):
     values_rank = ctx.rank(values) if isinstance(values, ir.Value) else 0
     last = max(values_rank + 1, seq_rank + (1 if seq_rank > 1 else 0)) - 1
     # A non-negative axis: onnxruntime ignores negative axes when the input is empty.
-    positions = nx.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [last], False)
+    positions = R.reduce(ctx, "ReduceSum", ctx.cast(below, i64), [last], False)
     return ctx.cast(positions, torch.int32 if out_int32 else i64)
 
 

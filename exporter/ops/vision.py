@@ -25,9 +25,10 @@ import onnx_ir as ir
 import torch
 
 from exporter.ops._kernels import has_kernel
-from exporter.ops._nn_helpers import compute_dtype, dim_size
-from exporter.ops._numerics import reduce
+from exporter.ops._nn_helpers import compute_dtype
+from exporter.ops._reduce import reduce
 from exporter.ops._registry import translates
+from exporter.ops._shape import dim_value
 
 #: onnxruntime CPU kernels of these ops only exist for float32 (RoiAlign also float64).
 _FLOAT32 = frozenset({torch.float32})
@@ -68,7 +69,7 @@ def nms(ctx, dets, scores, iou_threshold):
     batched_scores = ctx.op.Unsqueeze(scores, [0, 1])
     # max_output_boxes_per_class defaults to 0 (= select nothing); N keeps every survivor.
     # Both scalars go in as 1-element tensors, the form onnx's reference evaluator reads too.
-    count = dim_size(ctx, dets, 0)
+    count = dim_value(ctx, dets, 0)
     threshold = ctx.const([float(iou_threshold)], torch.float32)
     selected = ctx.op.NonMaxSuppression(
         batched_boxes, batched_scores, count, threshold, center_point_box=0
@@ -130,7 +131,7 @@ def _roi_align_by_gathers(ctx, x, rois, spatial_scale, ph, pw, sampling_ratio, a
     start_w, start_h, end_w, end_h = (
         ctx.op.Sub(ctx.op.Mul(column(i), scale), offset) for i in (1, 2, 3, 4)
     )
-    height_i, width_i = dim_size(ctx, x, 2), dim_size(ctx, x, 3)
+    height_i, width_i = dim_value(ctx, x, 2), dim_value(ctx, x, 3)
     height, width = ctx.cast(height_i, work), ctx.cast(width_i, work)
 
     def axis(start, end, pooled, size):
@@ -201,7 +202,7 @@ def _roi_align_by_gathers(ctx, x, rois, spatial_scale, ph, pw, sampling_ratio, a
         return ctx.op.Unsqueeze(v, [1, 2])
 
     # Every pixel of every image as one row of C channels: row b*H*W + y*W + x.
-    channels = dim_size(ctx, x, 1)
+    channels = dim_value(ctx, x, 1)
     table = ctx.op.Reshape(
         ctx.op.Transpose(x, perm=[0, 2, 3, 1]),
         ctx.op.Concat(ctx.const([-1], torch.int64), channels, axis=0),
@@ -312,8 +313,8 @@ def _roi_pool_separable(ctx, x, rois, spatial_scale, ph, pw):
         half = ctx.const(0.5, work)
         return ctx.op.Mul(ctx.op.Sign(v), ctx.op.Floor(ctx.op.Add(ctx.op.Abs(v), half)))
 
-    height_i = dim_size(ctx, x, 2)
-    width_i = dim_size(ctx, x, 3)
+    height_i = dim_value(ctx, x, 2)
+    width_i = dim_value(ctx, x, 3)
     height = ctx.cast(ctx.op.Cast(height_i, to=1), work)
     width = ctx.cast(ctx.op.Cast(width_i, to=1), work)
     h_lo, h_hi = _bin_bounds(ctx, corner(2), corner(4), ph, height, work)
@@ -358,7 +359,7 @@ def ps_roi_align(ctx, input, rois, spatial_scale, pooled_height, pooled_width, s
     pooled, dtype = _roi_align(ctx, input, rois, spatial_scale, ph, pw, sampling_ratio, True)
     # (K, C_in, ph, pw) = (K, C_out, bins [channel's bin], bins [spatial bin]); output bin b of
     # channel c reads input channel c*bins + b, i.e. the diagonal of the last two axes.
-    k = dim_size(ctx, rois, 0)
+    k = dim_value(ctx, rois, 0)
     grid = ctx.op.Reshape(
         pooled, ctx.op.Concat(k, ctx.const([-1, bins * bins], torch.int64), axis=0)
     )
@@ -369,7 +370,7 @@ def ps_roi_align(ctx, input, rois, spatial_scale, pooled_height, pooled_width, s
     if 1 not in ctx.used_outputs():
         return out, ctx.const(torch.zeros([0], dtype=torch.int32), torch.int32)
     # channel_mapping[k, c, i, j] = c*bins + i*pw + j (int32), for backward passes.
-    c_out = ctx.op.Div(dim_size(ctx, input, 1), ctx.const([bins], torch.int64))
+    c_out = ctx.op.Div(dim_value(ctx, input, 1), ctx.const([bins], torch.int64))
     channels = ctx.op.Range(
         ctx.const(0, torch.int64), ctx.op.Squeeze(c_out, [0]), ctx.const(1, torch.int64)
     )

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from exporter.ops import _layout
+from exporter.ops import _shape
 from tests.op_check import check_op, dynamic, static_and_dynamic, tensor_maker
 
 r = tensor_maker()
@@ -320,5 +320,5 @@ def test_as_strided_before_view_start_is_a_clear_error():
 
 def test_axis_helper_rejects_out_of_range():
     with pytest.raises(IndexError, match="out of range"):
-        _layout.axis(3, 2)
-    assert _layout.axis(-1, 0) == 0
+        _shape.axis(3, 2)
+    assert _shape.axis(-1, 0) == 0
