@@ -18,24 +18,33 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import gc
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from conformance.case import (
+    CaseKind,
     CaseSetupError,
     IdFormat,
     Prepared,
     StageFailed,
     format_id,
     in_shard,
+    register_kind,
 )
+from conformance.errors import error_text
+from conformance.isolation import ForkingModelChild
+from conformance.runner import CaseOutcome, run_case
 from exporter.stages import Stage
 
 if TYPE_CHECKING:
+    from conformance.plugin import Options
     from model_zoo import ModelCase
 
 #: Dtypes a model case can run in: the zoo's models are float models; integer or bool "model
@@ -45,6 +54,8 @@ OPTIMIZE_FLAGS = {True: "opt", False: "noopt"}
 EXTRA_CASES_ENV = "CONFORMANCE_MODEL_CASES"
 #: The ``--expectations-dir`` of the run, when one was given (for the saved rerun commands).
 EXPECTATIONS_DIR_ENV = "CONFORMANCE_EXPECTATIONS_DIR"
+#: Seconds one model case may take (``--model-case-timeout``).
+DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
 #: Vacuity descriptions kept in a row, at most (decoder caches have dozens of outputs).
 MAX_DESCRIBED_OUTPUTS = 8
 #: An exporter cannot be asked to match eager more closely than eager matches exact arithmetic:
@@ -110,12 +121,17 @@ class ModelCaseId:
         facts = self.facts()
         return {"kind": "model", "subject": facts.pop("model"), **facts}
 
+    #: Model cases carry no planted fault of the op kind's (planted models are a case file).
+    planted = None
+
+    def row_extra(self, facts: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {}
+
+    def with_sample_facts(self, sample_facts: dict[str, Any]) -> ModelCaseId:
+        return self
+
     def prepare(self, outcome) -> Prepared:
         return _prepare(self, outcome)
-
-
-def is_model_id(case_id: str | None) -> bool:
-    return isinstance(case_id, str) and case_id.startswith("model::")
 
 
 def parse_model_id(case_id: str) -> ModelCaseId:
@@ -133,6 +149,45 @@ def family_of(model: str) -> str:
         return find_case(model).family
     except Exception:  # noqa: BLE001 - only a label
         return model.split("/", 1)[0]
+
+
+def run_in_child(
+    case_id: str,
+    scratch: Path,
+    *,
+    announce: Callable[[str], None] = lambda stage: None,
+    release_memory: bool = True,
+) -> CaseOutcome:
+    """The model kind's child-process entry: ``run_case`` for a model case id.
+    ``release_memory=False`` skips dropping torch's caches afterwards, for a process that exits
+    after the case anyway."""
+    _quiet_torch_logs()
+    try:
+        return run_case(parse_model_id(case_id), scratch, announce=announce)
+    finally:
+        if release_memory:
+            _release_memory()
+
+
+def _quiet_torch_logs() -> None:
+    """torch.export logs every failed guard at ERROR level with a long stack; the row already
+    records the error, and the log would flood the terminal of a run over many models."""
+    import logging
+
+    import torch
+
+    torch._logging.set_logs(all=logging.CRITICAL)
+
+
+def _release_memory() -> None:
+    """Models are big and the child is reused: drop compiled-graph caches between cases."""
+    try:
+        import torch
+
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001, S110 - best effort
+        pass
+    gc.collect()
 
 
 # --------------------------------------------------------------------------- case sources
@@ -334,6 +389,40 @@ def collect(
     return selected
 
 
+def _load_cases() -> None:
+    """What a model case zygote loads before it forks: the active source's cases (the zoo's
+    case modules, the ``--cases`` files)."""
+    all_cases("full")
+
+
+def collect_cases(options: Options) -> list[ModelCaseId]:
+    """Every model case the run's options select (none when ``--ops`` narrows it to ops)."""
+    models = options.models
+    if not models.enabled:
+        return []
+    try:
+        selected = collect(
+            tier=options.tier,
+            names=models.names,
+            dtypes=options.dtypes,
+            shapes=options.shapes,
+            opsets=options.opsets,
+            providers=options.providers,
+            exporters=options.exporters,
+            optimize=models.optimize,
+            shard=options.shard,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if models.names and not selected and not options.shard:
+        raise pytest.UsageError(
+            f"--models {' '.join(models.names)}: no model of tier {options.tier!r} matches "
+            f"(dtypes {', '.join(options.dtypes)}; models run in {', '.join(MODEL_DTYPES)}). "
+            "List them with: python -m model_zoo list --tier full"
+        )
+    return [key for key, _ in selected]
+
+
 # --------------------------------------------------------------------------- preparing a case
 
 
@@ -450,8 +539,6 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
             )
 
     def after_run(session, feeds, outcome) -> None:
-        from conformance.runner import error_text
-
         try:
             latency = session.latency_ms(feeds)
             if latency is not None:
@@ -635,3 +722,20 @@ def _describe_line(entry: dict[str, Any]) -> str:
     scale, spread = entry.get("scale"), entry.get("spread")
     numbers = f" scale {scale:.3g}, spread {spread:.3g}" if scale is not None else ""
     return f"output{entry['path']} {entry['dtype']}{list(entry['shape'])}{numbers}"
+
+
+KIND = register_kind(
+    CaseKind(
+        name="model",
+        parse=parse_model_id,
+        child=functools.partial(ForkingModelChild, preload=_load_cases),
+        run=run_in_child,
+        timeout_option="--model-case-timeout",
+        default_timeout=DEFAULT_MODEL_CASE_TIMEOUT_S,
+        timeout_what="one model case",
+        expectations_prefix="models-",
+        test_function="test_model",
+        parameter="model_case",
+        collect=collect_cases,
+    )
+)
