@@ -21,6 +21,7 @@ reprs, so they stay stable and greppable across runs and machines.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import hashlib
@@ -86,43 +87,60 @@ class Case(Protocol):
         ...
 
 
-@dataclasses.dataclass
-class Prepared:
+@dataclasses.dataclass(kw_only=True)
+class Prepared(abc.ABC):
     """A case ready to export: inputs and eager's outputs as numpy, at the first shape and, for a
-    dynamic case, a second one; and the case-specific steps of the runner's loop."""
+    dynamic case, a second one; and the case-specific steps of the runner's loop.
+
+    Each kind subclasses it (``op_cases.OpPrepared``, ``model_cases.ModelPrepared``): the three
+    steps every case has are abstract, the hooks around them do nothing unless a kind needs
+    them (the shape of onnx_ir's ``passes.PassBase``: an abstract ``call``, no-op ``requires``
+    and ``ensures``)."""
 
     #: The repro directory's ``case.json``: the comparison rule, its tolerance, how to rerun.
     meta: dict[str, Any]
     feeds: dict[str, np.ndarray]
     expected: list[np.ndarray]
-    #: Export into the given ``model.onnx`` path; returns what the checker and ``open_session``
-    #: take (the model proto, or the path for a model whose weights are external data).
-    export: Callable[[Path], Any]
-    open_session: Callable[[Any], Any]
-    #: ``compare(expected, actual, session)`` -> ``exporter.diagnostics.compare.Comparison``
-    compare: Callable[[list, list, Any], Any]
     dynamic: bool = False
     feeds2: dict[str, np.ndarray] | None = None
     expected2: list[np.ndarray] | None = None
     #: A dynamic case without a second shape: why (the case is then skipped after its compare).
     #: None with ``feeds2`` None means the case has no second shape to check.
     no_second_shape: str | None = None
-    #: ``specialised(session, grown_only)``: dims asked to be dynamic that the model fixed (only
-    #: those the second shape grows when ``grown_only``).
-    specialised: Callable[[Any, bool], list[str]] = lambda session, grown_only: []
-    #: Runs inside the ``run`` stage before the first run: an exception fails that stage.
-    before_run: Callable[[Any, dict[str, np.ndarray]], None] = lambda session, feeds: None
-    #: After the first run succeeded: measurements that are a by-product (latency).
-    after_run: Callable[[Any, dict[str, np.ndarray], Any], None] = lambda session, feeds, outcome: (
-        None
-    )
-    #: After the first compare passed: further checks of the compare stage (a decoder's greedy
-    #: generation through the graph); an exception fails that stage.
-    after_compare: Callable[[Any, Any], None] = lambda session, outcome: None
     #: What a message calls the second inputs.
     second_what: str = "second shape"
-    #: Once the case passed: a last word on its status (a vacuous model comparison).
-    conclude: Callable[[Any], None] = lambda outcome: None
+
+    @abc.abstractmethod
+    def export(self, path: Path) -> Any:
+        """Export into the given ``model.onnx`` path; returns what the checker and
+        ``open_session`` take (the model proto, or the path for a model whose weights are
+        external data)."""
+
+    @abc.abstractmethod
+    def open_session(self, model: Any) -> Any:
+        """A session over the exported model: ``run(feeds)``, ``input_shapes``."""
+
+    @abc.abstractmethod
+    def compare(self, expected: list, actual: list, session: Any) -> Any:
+        """``exporter.diagnostics.compare.Comparison`` of the session's outputs with eager's."""
+
+    def specialised(self, session: Any, grown_only: bool) -> list[str]:
+        """Dims asked to be dynamic that the model fixed (only those the second shape grows
+        when ``grown_only``)."""
+        return []
+
+    def before_run(self, session, feeds) -> None:  # noqa: B027 - no-op hook
+        """Runs inside the ``run`` stage before the first run: an exception fails that stage."""
+
+    def after_run(self, session, feeds, outcome) -> None:  # noqa: B027 - no-op hook
+        """After the first run succeeded: measurements that are a by-product (latency)."""
+
+    def after_compare(self, session, outcome) -> None:  # noqa: B027 - no-op hook
+        """After the first compare passed: further checks of the compare stage (a decoder's
+        greedy generation through the graph); an exception fails that stage."""
+
+    def conclude(self, outcome) -> None:  # noqa: B027 - no-op hook
+        """Once the case ran: a last word on its status (a vacuous model comparison)."""
 
 
 class Skip(Exception):

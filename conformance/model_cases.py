@@ -430,15 +430,169 @@ class ModelSetupError(CaseSetupError):
     """The zoo case itself failed (build or eager run): a bug in the case, not the exporter."""
 
 
-def _prepare(key: ModelCaseId, outcome) -> Prepared:
-    import torch
+@dataclasses.dataclass(kw_only=True)
+class ModelPrepared(Prepared):
+    """A model case ready to export: the case's module and inputs, exported by the case's
+    exporter into a file (weights may be external data), run in a ``ModelSession`` (latency
+    measured) and compared relative to each output's scale, or by the case's own comparison."""
 
+    key: ModelCaseId
+    case: Any  # model_zoo.ModelCase, or a user's case
+    module: Any  # torch.nn.Module
+    args: tuple
+    kwargs: dict
+    #: The flattened inputs (``flat_io.FlatInput``), in the order the model takes them.
+    inputs: list
+    rtol: float
+    atol: float
+    #: The case's row while it runs: the export records the capture patches it applied.
+    outcome: Any
+    second_what: str = "second inputs"
+
+    def export(self, path: Path) -> str:
+        from conformance import flat_io
+        from conformance.exporters import export_model
+
+        key, case = self.key, self.case
+        ours = key.exporter == "ours"
+        table = case.custom_translation_table_factory
+        applied = export_model(
+            key.exporter,
+            self.module,
+            flat_io.clone_tree(self.args),
+            flat_io.clone_tree(self.kwargs),
+            inputs=self.inputs,
+            dynamic_shapes=case.dynamic_shapes if key.dynamic else None,
+            opset=key.opset,
+            optimize=key.optimize,
+            path=path,
+            custom_translation_table=table() if table else None,
+            capture=case.capture if ours else None,
+        )
+        if applied:
+            self.outcome.extra["capture_patches"] = applied
+        return str(path)
+
+    def open_session(self, path: str):
+        from conformance.session import ModelSession
+
+        return ModelSession(Path(path), self.key.provider)
+
+    def before_run(self, session, feeds) -> None:
+        missing = session.missing_inputs(feeds)
+        if missing:
+            raise StageFailed(
+                Stage.RUN,
+                f"the ONNX model declares inputs {missing} that are not among the model's "
+                f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
+            )
+
+    def after_run(self, session, feeds, outcome) -> None:
+        try:
+            latency = session.latency_ms(feeds)
+            if latency is not None:
+                outcome.latency_ms, outcome.extra["latency_wall_ms"] = latency
+        except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
+            outcome.extra["latency_error"] = error_text(exc)
+
+    def compare(self, expected, actual, session):
+        from exporter.diagnostics.compare import SCALE, compare_outputs
+
+        if self.case.compare:
+            return _compare_with(self.case.compare, expected, actual)
+        return compare_outputs(
+            expected,
+            actual,
+            rtol=self.rtol,
+            atol=self.atol,
+            rule=SCALE,
+            declared_shapes=session.output_shapes,
+        )
+
+    def after_compare(self, session, outcome) -> None:
+        key = self.key
+        if self.case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
+            _check_greedy(self.case, self.module, session, outcome)
+
+    def specialised(self, session, grown_only: bool) -> list[str]:
+        return [
+            f"{item.name} dim {dim} ('{axis}') fixed to {session.input_shapes[item.name][dim]}"
+            for item in self.inputs
+            if item.name in session.input_shapes
+            for dim, axis in item.axes.items()
+            if dim < len(session.input_shapes[item.name])
+            and isinstance(session.input_shapes[item.name][dim], int)
+        ]
+
+    def conclude(self, outcome) -> None:
+        if outcome.status == "pass" and outcome.extra.get("vacuous"):
+            outcome.status = "vacuous"
+            outcome.stage = Stage.COMPARE.value
+            outcome.error = (
+                "eager outputs are near-constant, so matching them proves nothing: "
+                + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
+            )
+            outcome.error_signature = "vacuous: near-constant eager outputs"
+
+
+def _prepare(key: ModelCaseId, outcome) -> ModelPrepared:
     from conformance import flat_io
-    from exporter.diagnostics.compare import SCALE, compare_outputs, default_tolerance, max_or_none
-    from model_zoo import vacuity
+    from exporter.diagnostics.compare import SCALE
 
     case = find_case(key.model)
     started = time.perf_counter()
+    module, args, kwargs, second = _build(key, case, outcome)
+    expected = _eager(module, args, kwargs, "the example inputs")
+    expected2 = _eager(module, *second, "the second inputs") if second is not None else None
+    outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
+    rtol, atol = _tolerance(key, case, outcome, module, (args, kwargs, expected), second, expected2)
+    outcome.rtol, outcome.atol = rtol, atol
+    _note_vacuity(outcome, expected, expected2)
+
+    inputs = flat_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
+    feeds2 = expected2_np = None
+    if second is not None:
+        inputs2 = flat_io.flat_inputs(module, *second, case.dynamic_shapes)
+        feeds2 = flat_io.feeds(inputs2)
+        expected2_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected2)]
+        outcome.extra["second_inputs"] = flat_io.shapes_text(feeds2)
+    if case.capture and key.exporter == "ours":
+        outcome.extra["capture"] = case.capture
+    return ModelPrepared(
+        meta={
+            "id": key.id,
+            "model": key.model,
+            "provider": key.provider,
+            "rtol": rtol,
+            "atol": atol,
+            "rule": SCALE,
+            "dynamic_axes": flat_io.dynamic_axes(inputs) if key.dynamic else {},
+            "rerun": rerun_command(key),
+        },
+        feeds=flat_io.feeds(inputs),
+        expected=[flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected)],
+        dynamic=second is not None,
+        feeds2=feeds2,
+        expected2=expected2_np,
+        key=key,
+        case=case,
+        module=module,
+        args=args,
+        kwargs=kwargs,
+        inputs=inputs,
+        rtol=rtol,
+        atol=atol,
+        outcome=outcome,
+    )
+
+
+def _build(key: ModelCaseId, case, outcome) -> tuple[Any, tuple, dict, Any]:
+    """The case's module, example inputs and (dynamic cases) second inputs, on the CPU for the
+    cpu provider and in the case's dtype; ``StageFailed`` when the case itself fails."""
+    import torch
+
+    from conformance import flat_io
+
     torch.manual_seed(0)
     try:
         module, args, kwargs = case.build()
@@ -456,10 +610,16 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
         args, kwargs = flat_io.cast_floats((args, kwargs), torch.float16)
         if second is not None:
             second = flat_io.cast_floats(second, torch.float16)
-    expected = _eager(module, args, kwargs, "the example inputs")
-    expected2 = _eager(module, *second, "the second inputs") if second is not None else None
-    outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
+    return module, args, kwargs, second
 
+
+def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple[float, float]:
+    """``(rtol, atol)``: the case's own or the default model tolerance, with rtol raised to
+    ``NOISE_FACTOR`` x eager's own rounding noise (capped). ``first`` is ``(args, kwargs,
+    eager outputs)``; what decided it goes to ``outcome.extra["tolerance_source"]``."""
+    from exporter.diagnostics.compare import default_tolerance, max_or_none
+
+    args, kwargs, expected = first
     override = case.tolerance(key.dtype)
     if override is not None:
         rtol, atol = override.rtol, override.atol
@@ -481,7 +641,12 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
                 f"; rtol raised to {NOISE_FACTOR:g} x the model's own float rounding noise "
                 f"(eager vs float64 error/scale {noise:.2g})"
             )
-    outcome.rtol, outcome.atol = rtol, atol
+    return rtol, atol
+
+
+def _note_vacuity(outcome, expected, expected2) -> None:
+    """Near-constant eager outputs (``model_zoo.vacuity``): marked, and described, in the row."""
+    from model_zoo import vacuity
 
     if vacuity.is_vacuous(expected) or (expected2 is not None and vacuity.is_vacuous(expected2)):
         outcome.extra["vacuous"] = True
@@ -489,125 +654,6 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
             d for outs in (expected, expected2) if outs is not None for d in vacuity.describe(outs)
         ]
         outcome.extra["vacuity"] = described[:MAX_DESCRIBED_OUTPUTS]
-
-    inputs = flat_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
-    feeds = flat_io.feeds(inputs)
-    feeds2 = expected2_np = None
-    if second is not None:
-        inputs2 = flat_io.flat_inputs(module, *second, case.dynamic_shapes)
-        feeds2 = flat_io.feeds(inputs2)
-        expected2_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected2)]
-        outcome.extra["second_inputs"] = flat_io.shapes_text(feeds2)
-
-    ours = key.exporter == "ours"
-    if case.capture and ours:
-        outcome.extra["capture"] = case.capture
-
-    def export(path: Path) -> str:
-        from conformance.exporters import export_model
-
-        table = case.custom_translation_table_factory
-        applied = export_model(
-            key.exporter,
-            module,
-            flat_io.clone_tree(args),
-            flat_io.clone_tree(kwargs),
-            inputs=inputs,
-            dynamic_shapes=case.dynamic_shapes if key.dynamic else None,
-            opset=key.opset,
-            optimize=key.optimize,
-            path=path,
-            custom_translation_table=table() if table else None,
-            capture=case.capture if ours else None,
-        )
-        if applied:
-            outcome.extra["capture_patches"] = applied
-        return str(path)
-
-    def open_session(path: str):
-        from conformance.session import ModelSession
-
-        return ModelSession(Path(path), key.provider)
-
-    def before_run(session, feeds) -> None:
-        missing = session.missing_inputs(feeds)
-        if missing:
-            raise StageFailed(
-                Stage.RUN,
-                f"the ONNX model declares inputs {missing} that are not among the model's "
-                f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
-            )
-
-    def after_run(session, feeds, outcome) -> None:
-        try:
-            latency = session.latency_ms(feeds)
-            if latency is not None:
-                outcome.latency_ms, outcome.extra["latency_wall_ms"] = latency
-        except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
-            outcome.extra["latency_error"] = error_text(exc)
-
-    def compare(expected, actual, session):
-        if case.compare:
-            return _compare_with(case.compare, expected, actual)
-        return compare_outputs(
-            expected,
-            actual,
-            rtol=rtol,
-            atol=atol,
-            rule=SCALE,
-            declared_shapes=session.output_shapes,
-        )
-
-    def after_compare(session, outcome) -> None:
-        if case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
-            _check_greedy(case, module, session, outcome)
-
-    def specialised(session, grown_only: bool) -> list[str]:
-        return [
-            f"{item.name} dim {dim} ('{axis}') fixed to {session.input_shapes[item.name][dim]}"
-            for item in inputs
-            if item.name in session.input_shapes
-            for dim, axis in item.axes.items()
-            if dim < len(session.input_shapes[item.name])
-            and isinstance(session.input_shapes[item.name][dim], int)
-        ]
-
-    def conclude(outcome) -> None:
-        if outcome.status == "pass" and outcome.extra.get("vacuous"):
-            outcome.status = "vacuous"
-            outcome.stage = Stage.COMPARE.value
-            outcome.error = (
-                "eager outputs are near-constant, so matching them proves nothing: "
-                + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
-            )
-            outcome.error_signature = "vacuous: near-constant eager outputs"
-
-    return Prepared(
-        meta={
-            "id": key.id,
-            "model": key.model,
-            "provider": key.provider,
-            "rtol": rtol,
-            "atol": atol,
-            "rule": SCALE,
-            "dynamic_axes": flat_io.dynamic_axes(inputs) if key.dynamic else {},
-            "rerun": rerun_command(key),
-        },
-        feeds=feeds,
-        expected=[flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected)],
-        export=export,
-        open_session=open_session,
-        compare=compare,
-        dynamic=second is not None,
-        feeds2=feeds2,
-        expected2=expected2_np,
-        specialised=specialised,
-        before_run=before_run,
-        after_run=after_run,
-        after_compare=after_compare,
-        second_what="second inputs",
-        conclude=conclude,
-    )
 
 
 def _check_greedy(case, module, session, outcome) -> None:

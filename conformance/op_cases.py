@@ -570,13 +570,83 @@ def _first_leaf_is_tensor(sample) -> bool:
 # --------------------------------------------------------------------------- preparing a case
 
 
-def _prepare(case: OpCase, outcome) -> Prepared:
+@dataclasses.dataclass(kw_only=True)
+class OpPrepared(Prepared):
+    """An op case ready to export: the sample's module and inputs, exported by the case's
+    exporter (a planted case's fake one), run in an in-memory ``Session`` and compared element
+    by element, or by distribution over draws for a random op."""
+
+    case: OpCase
+    module: Any  # torch.nn.Module
+    inputs: tuple
+    inputs2: tuple | None
+    input_names: list[str]
+    #: The ``(input, dim)`` pairs the second shape grows (``second_shape.grown_dims``).
+    grown: Any
+    tolerance: Any  # exporter.diagnostics.compare.Tolerance
+    shape_only: bool
+    sign_invariant: bool
+    #: Random outputs: judged by distribution over several draws of eager and of the model.
+    distribution: bool
+    planted: str | None
+
+    def export(self, path: Path):
+        from conformance.modules import clone_tensors
+
+        exported = _export(
+            self.case, self.module, clone_tensors(self.inputs), self.dynamic, self.planted
+        )
+        path.write_bytes(exported.model.SerializeToString())
+        return exported.model
+
+    def open_session(self, model):
+        from conformance.session import Session
+
+        return Session(model, self.case.provider)
+
+    def specialised(self, session, grown_only: bool) -> list[str]:
+        from conformance import shapes
+
+        among = self.grown if grown_only else None
+        return shapes.specialised_inputs(session.input_shapes, self.input_names, self.inputs, among)
+
+    def compare(self, expected, actual, session):
+        from exporter.diagnostics.compare import compare_outputs
+
+        if self.distribution:
+            first = expected is self.expected
+            return _compare_draws(
+                self.case.op,
+                self.module,
+                self.inputs if first else self.inputs2,
+                self.feeds if first else self.feeds2,
+                (expected, actual),
+                session,
+                self.case.seed,
+                self.tolerance,
+            )
+        return compare_outputs(
+            expected,
+            actual,
+            rtol=self.tolerance.rtol,
+            atol=self.tolerance.atol,
+            shape_only=self.shape_only,
+            sign_invariant=self.sign_invariant,
+        )
+
+    def before_run(self, session, feeds) -> None:
+        fault = planted_cases.runtime_fault(self.planted)
+        if fault is not None:
+            fault()
+
+
+def _prepare(case: OpCase, outcome) -> OpPrepared:
     import torch
 
     from conformance import exporters
     from conformance.flat_io import to_numpy
     from exporter.diagnostics import second_shape
-    from exporter.diagnostics.compare import ELEMENT, compare_outputs, load_policy
+    from exporter.diagnostics.compare import ELEMENT, load_policy
 
     policy = load_policy(case.tolerances_path or OP_TOLERANCES_PATH)
     torch.manual_seed(case.seed)
@@ -606,60 +676,11 @@ def _prepare(case: OpCase, outcome) -> Prepared:
         )
 
     input_names = exporters.input_names_for(inputs)
-
-    def export(path: Path):
-        from conformance.modules import clone_tensors
-
-        exported = _export(case, module, clone_tensors(inputs), dynamic, planted)
-        path.write_bytes(exported.model.SerializeToString())
-        return exported.model
-
-    def open_session(model):
-        from conformance.session import Session
-
-        return Session(model, case.provider)
-
-    def specialised(session, grown_only: bool) -> list[str]:
-        from conformance import shapes
-
-        among = grown if grown_only else None
-        return shapes.specialised_inputs(session.input_shapes, input_names, inputs, among)
-
-    def compare(expected, actual, session):
-        if distribution:
-            first = expected is expected_np
-            return _compare_draws(
-                case.op,
-                module,
-                inputs if first else inputs2,
-                feeds if first else feeds2,
-                (expected, actual),
-                session,
-                case.seed,
-                tolerance,
-            )
-        return compare_outputs(
-            expected,
-            actual,
-            rtol=tolerance.rtol,
-            atol=tolerance.atol,
-            shape_only=shape_only,
-            sign_invariant=sign_invariant,
-        )
-
-    fault = planted_cases.runtime_fault(planted)
-
-    def before_run(session, feeds) -> None:
-        if fault is not None:
-            fault()
-
     feeds2 = expected2_np = None
     if inputs2 is not None:
         feeds2 = {name: to_numpy(t) for name, t in zip(input_names, inputs2)}
         expected2_np = [to_numpy(t) for t in expected2]
-    feeds = {name: to_numpy(t) for name, t in zip(input_names, inputs)}
-    expected_np = [to_numpy(t) for t in expected]
-    return Prepared(
+    return OpPrepared(
         meta={
             "id": case.id,
             "provider": case.provider,
@@ -674,19 +695,25 @@ def _prepare(case: OpCase, outcome) -> Prepared:
             "sign_invariant": sign_invariant,
             "sample": facts,
         },
-        feeds=feeds,
-        expected=expected_np,
-        export=export,
-        open_session=open_session,
-        compare=compare,
+        feeds={name: to_numpy(t) for name, t in zip(input_names, inputs)},
+        expected=[to_numpy(t) for t in expected],
         dynamic=dynamic,
         feeds2=feeds2,
         expected2=expected2_np,
         no_second_shape=(note or "no growth of the inputs works")
         if dynamic and not feeds2
         else None,
-        specialised=specialised,
-        before_run=before_run,
+        case=case,
+        module=module,
+        inputs=inputs,
+        inputs2=inputs2,
+        input_names=input_names,
+        grown=grown,
+        tolerance=tolerance,
+        shape_only=shape_only,
+        sign_invariant=sign_invariant,
+        distribution=distribution,
+        planted=planted,
     )
 
 
