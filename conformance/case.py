@@ -279,6 +279,8 @@ class CaseKind:
 
     #: The id's first field (``op::...``), the row's ``kind``, and the fact naming its subject.
     name: str
+    #: How its ids are written (``<name>::...``).
+    id_format: IdFormat
     #: id -> case; ValueError naming what is wrong.
     parse: Callable[[str], Case]
     #: The process a worker runs these cases in: ``child()`` -> an ``isolation.ChildProcess``
@@ -331,7 +333,7 @@ def kind_of(case_id: str) -> CaseKind:
     """The kind of a case id; ValueError naming the kinds there are."""
     kind = find_kind(case_id)
     if kind is None:
-        forms = " or ".join(f"'{name}::...'" for name in KINDS)
+        forms = "; or ".join(kind.id_format.form for kind in KINDS.values())
         raise ValueError(f"not a case id: {case_id!r}. Expected {forms}.")
     return kind
 

@@ -773,6 +773,7 @@ def _describe_line(entry: dict[str, Any]) -> str:
 KIND = register_kind(
     CaseKind(
         name="model",
+        id_format=_ID_FORMAT,
         parse=parse_model_id,
         child=functools.partial(ForkingModelChild, preload=_load_cases),
         run=run_in_child,

@@ -871,6 +871,7 @@ def _export(case: OpCase, module, inputs: tuple, dynamic: bool, planted: str | N
 KIND = register_kind(
     CaseKind(
         name="op",
+        id_format=_ID_FORMAT,
         parse=parse_case_id,
         child=CaseChild,
         run=run_in_child,
