@@ -319,7 +319,7 @@ class _ArgparseOptions:
 
 def run(args: list[str]) -> int:
     """Run the cases, then build the reports; see the module doc for what it writes when."""
-    from conformance import limits, runs
+    from conformance import runs
     from reports.rows import folder_files, repair_torn_tails
 
     args = list(args)
@@ -336,19 +336,11 @@ def run(args: list[str]) -> int:
         return 4
     reports_out = Path(_pop_option(args, "--reports-out") or DEFAULT_REPORTS_OUT)
     case_memory = _pop_option(args, "--case-memory")
-    env = dict(os.environ)
-    # pytest and Python would otherwise leave __pycache__ folders (assertion-rewritten test
-    # modules, the harness's own modules) beside the files a run was pointed at: a run writes
-    # only under the results and reports folders it was given.
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env[runs.COMMAND_ENV] = typed
-    if case_memory is not None:
-        try:
-            limits.parse_memory(case_memory)
-        except ValueError as error:
-            print(f"--case-memory: {error}", file=sys.stderr)
-            return 4
-        env[limits.MEMORY_ENV] = case_memory
+    try:
+        env = _run_env(typed, case_memory)
+    except ValueError as error:
+        print(f"--case-memory: {error}", file=sys.stderr)
+        return 4
     if any(arg in INFORMATION_OPTIONS for arg in args):
         env[runs.READ_ONLY_ENV] = "1"
         command = build_pytest_command(args, None)
@@ -399,6 +391,11 @@ def run(args: list[str]) -> int:
         if not cases_ran:  # the folder is left as it was found, its modification time too
             os.utime(results, ns=(found.st_atime_ns, found.st_mtime_ns))
         lock.release(remove_created=not cases_ran)
+    return _build_reports(results, reports_out, pytest_code)
+
+
+def _build_reports(results: Path, reports_out: Path, pytest_code: int) -> int:
+    """Build the reports from the run's rows; the run's exit code (see the module doc)."""
     report_command = [*PYTHON, "-m", "reports", "build", str(results)]
     report_command += ["--out", str(reports_out)]
     print("+ " + " ".join(report_command), flush=True)
@@ -410,6 +407,23 @@ def run(args: list[str]) -> int:
     if pytest_code < 0:
         return 128 - pytest_code  # killed by a signal, as a shell would say it
     return pytest_code if pytest_code != 0 else report_code
+
+
+def _run_env(typed: str, case_memory: str | None) -> dict[str, str]:
+    """pytest's environment: the typed command, the case memory ceiling (ValueError when it
+    does not parse), no bytecode files."""
+    from conformance import limits, runs
+
+    env = dict(os.environ)
+    # pytest and Python would otherwise leave __pycache__ folders (assertion-rewritten test
+    # modules, the harness's own modules) beside the files a run was pointed at: a run writes
+    # only under the results and reports folders it was given.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[runs.COMMAND_ENV] = typed
+    if case_memory is not None:
+        limits.parse_memory(case_memory)
+        env[limits.MEMORY_ENV] = case_memory
+    return env
 
 
 def _call_as_group(command: list[str], env: dict[str, str]) -> int:
@@ -448,7 +462,22 @@ def _call_as_group(command: list[str], env: dict[str, str]) -> int:
 # --------------------------------------------------------------------------- repro
 
 
-def repro(args: list[str]) -> int:
+def _replay(kind, case, scratch: Path, options) -> dict:
+    """The case's outcome, run by its kind's entry here (``--in-process``) or in its kind's
+    isolating child; the fields of a row."""
+    if options.in_process:
+        return kind.run(case.id, scratch).to_dict()
+    child = kind.child()
+    try:
+        result = child.run(case.id, scratch, options.timeout)
+    finally:
+        child.close()
+    if result.status == "done":
+        return result.outcome
+    return {"status": result.status, "stage": result.stage, "error": result.detail}
+
+
+def _repro_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m conformance repro",
         description="Re-run one op or model case and rebuild its repro directory.",
@@ -479,53 +508,35 @@ def repro(args: list[str]) -> int:
         action="store_true",
         help="run in this process (for a debugger); a crash then ends this command",
     )
+    return parser
+
+
+def repro(args: list[str]) -> int:
+    parser = _repro_parser()
     try:
         args = project_args(args, keys=("cases", "expectations", "results"))
     except UsageProblem as problem:
         parser.error(str(problem))
     options = parser.parse_args(args)
 
-    from conformance.model_cases import is_model_id, parse_model_id, use_extra_case_files
+    from conformance.case import kind_of
+    from conformance.model_cases import use_extra_case_files
 
     try:
         use_extra_case_files(options.cases or [], options.zoo)
     except ValueError as exc:
         parser.error(str(exc))
-    from conformance.op_cases import parse_case_id
     from conformance.repro import keep_repro
 
-    model = is_model_id(options.case_id)
     try:
-        case = (parse_model_id if model else parse_case_id)(options.case_id)
+        kind = kind_of(options.case_id)
+        case = kind.parse(options.case_id)
     except ValueError as exc:
         parser.error(str(exc))
     # A folder of this command's own: a run or another repro may be using the results folder.
     scratch = options.results / ".scratch" / f"repro-{os.getpid()}" / "current"
     shutil.rmtree(scratch, ignore_errors=True)
-    if options.in_process:
-        if model:
-            from conformance.runner import run_model_case
-
-            outcome = run_model_case(case.id, scratch).to_dict()
-        else:
-            from conformance.runner import run_op_case
-
-            outcome = run_op_case(case, scratch).to_dict()
-    else:
-        if model:
-            from conformance.isolation import ForkingModelChild as Child
-        else:
-            from conformance.isolation import CaseChild as Child
-
-        child = Child()
-        try:
-            result = child.run(case.id, scratch, options.timeout)
-        finally:
-            child.close()
-        if result.status == "done":
-            outcome = result.outcome
-        else:
-            outcome = {"status": result.status, "stage": result.stage, "error": result.detail}
+    outcome = _replay(kind, case, scratch, options)
     status, stage, error = outcome["status"], outcome.get("stage"), outcome.get("error")
     from conformance.repro import judge_replay
 

@@ -1,11 +1,17 @@
 """What a conformance case is, whatever it tests: an id, the facts its row and expectations see,
-and ``prepare()``, which builds everything the runner needs before the export.
+and ``prepare()``, which builds everything the runner needs before the export; and ``KINDS``, the
+table of case kinds.
 
 Two kinds implement ``Case``: ``op_cases.OpCase`` (an OpInfo sample) and ``model_cases.ModelCaseId``
-(a zoo model). ``runner.run_case`` takes either through the one loop
+(a zoo model or a user's, ``--cases``). ``runner.run_case`` takes either through the one loop
 export -> checker -> load -> run -> compare -> second shape; what differs between them (how a
 module is built and exported, which session runs it, which comparison rule and tolerance apply)
-is in the ``Prepared`` object the case returns.
+is in the ``Prepared`` subclass the case returns (``OpPrepared``, ``ModelPrepared``).
+
+Everything else that depends on the kind (how an id is parsed, which process runs it, its
+deadline, its expectations file) is its ``CaseKind`` row in ``KINDS``: the module of a kind
+registers it (``register_kind``) and ``conformance/__init__.py`` imports those modules, so the
+table is full wherever ``conformance`` is imported. A new kind is one module plus one import.
 
 An id reads ``<kind>::<field>::…``, for example
 ``op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours`` or
@@ -15,6 +21,7 @@ reprs, so they stay stable and greppable across runs and machines.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import hashlib
@@ -56,50 +63,84 @@ class Case(Protocol):
         """The result row's fields that say which case it is about (``reports.rows``)."""
         ...
 
+    @property
+    def exporter(self) -> str: ...
+
+    #: The planted fault the case carries (the harness's own tests), or None.
+    @property
+    def planted(self) -> str | None: ...
+
     def prepare(self, outcome: Any) -> Prepared:
         """Build the module and its inputs, run eager at the first and (dynamic cases) second
         shape, and choose the tolerance; records what it learns in ``outcome.extra``. Raises
         ``Skip`` when the case cannot be judged, ``StageFailed`` when its own setup failed."""
         ...
 
+    def row_extra(self, facts: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the case's row keeps in ``extra`` beside the outcome's (an op case's sample
+        facts; ``facts`` instead when given: a crash row keeps the in-flight marker's)."""
+        ...
 
-@dataclasses.dataclass
-class Prepared:
+    def with_sample_facts(self, sample_facts: dict[str, Any]) -> Case:
+        """The case with the sample facts a row or in-flight marker kept (itself for a kind
+        without samples)."""
+        ...
+
+
+@dataclasses.dataclass(kw_only=True)
+class Prepared(abc.ABC):
     """A case ready to export: inputs and eager's outputs as numpy, at the first shape and, for a
-    dynamic case, a second one; and the case-specific steps of the runner's loop."""
+    dynamic case, a second one; and the case-specific steps of the runner's loop.
+
+    Each kind subclasses it (``op_cases.OpPrepared``, ``model_cases.ModelPrepared``): the three
+    steps every case has are abstract, the hooks around them do nothing unless a kind needs
+    them (the shape of onnx_ir's ``passes.PassBase``: an abstract ``call``, no-op ``requires``
+    and ``ensures``)."""
 
     #: The repro directory's ``case.json``: the comparison rule, its tolerance, how to rerun.
     meta: dict[str, Any]
     feeds: dict[str, np.ndarray]
     expected: list[np.ndarray]
-    #: Export into the given ``model.onnx`` path; returns what the checker and ``open_session``
-    #: take (the model proto, or the path for a model whose weights are external data).
-    export: Callable[[Path], Any]
-    open_session: Callable[[Any], Any]
-    #: ``compare(expected, actual, session)`` -> ``exporter.diagnostics.compare.Comparison``
-    compare: Callable[[list, list, Any], Any]
     dynamic: bool = False
     feeds2: dict[str, np.ndarray] | None = None
     expected2: list[np.ndarray] | None = None
     #: A dynamic case without a second shape: why (the case is then skipped after its compare).
     #: None with ``feeds2`` None means the case has no second shape to check.
     no_second_shape: str | None = None
-    #: ``specialised(session, grown_only)``: dims asked to be dynamic that the model fixed (only
-    #: those the second shape grows when ``grown_only``).
-    specialised: Callable[[Any, bool], list[str]] = lambda session, grown_only: []
-    #: Runs inside the ``run`` stage before the first run: an exception fails that stage.
-    before_run: Callable[[Any, dict[str, np.ndarray]], None] = lambda session, feeds: None
-    #: After the first run succeeded: measurements that are a by-product (latency).
-    after_run: Callable[[Any, dict[str, np.ndarray], Any], None] = lambda session, feeds, outcome: (
-        None
-    )
-    #: After the first compare passed: further checks of the compare stage (a decoder's greedy
-    #: generation through the graph); an exception fails that stage.
-    after_compare: Callable[[Any, Any], None] = lambda session, outcome: None
     #: What a message calls the second inputs.
     second_what: str = "second shape"
-    #: Once the case passed: a last word on its status (a vacuous model comparison).
-    conclude: Callable[[Any], None] = lambda outcome: None
+
+    @abc.abstractmethod
+    def export(self, path: Path) -> Any:
+        """Export into the given ``model.onnx`` path; returns what the checker and
+        ``open_session`` take (the model proto, or the path for a model whose weights are
+        external data)."""
+
+    @abc.abstractmethod
+    def open_session(self, model: Any) -> Any:
+        """A session over the exported model: ``run(feeds)``, ``input_shapes``."""
+
+    @abc.abstractmethod
+    def compare(self, expected: list, actual: list, session: Any) -> Any:
+        """``exporter.diagnostics.compare.Comparison`` of the session's outputs with eager's."""
+
+    def specialised(self, session: Any, grown_only: bool) -> list[str]:
+        """Dims asked to be dynamic that the model fixed (only those the second shape grows
+        when ``grown_only``)."""
+        return []
+
+    def before_run(self, session, feeds) -> None:  # noqa: B027 - no-op hook
+        """Runs inside the ``run`` stage before the first run: an exception fails that stage."""
+
+    def after_run(self, session, feeds, outcome) -> None:  # noqa: B027 - no-op hook
+        """After the first run succeeded: measurements that are a by-product (latency)."""
+
+    def after_compare(self, session, outcome) -> None:  # noqa: B027 - no-op hook
+        """After the first compare passed: further checks of the compare stage (a decoder's
+        greedy generation through the graph); an exception fails that stage."""
+
+    def conclude(self, outcome) -> None:  # noqa: B027 - no-op hook
+        """Once the case ran: a last word on its status (a vacuous model comparison)."""
 
 
 class Skip(Exception):
@@ -228,21 +269,84 @@ def sanitise_id(case_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", case_id.replace("::", "__")).strip("_")
 
 
+# --------------------------------------------------------------------------- case kinds
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseKind:
+    """One kind of case, as the harness handles it without knowing what the case tests. Its
+    module fills in a row of ``KINDS`` with ``register_kind``."""
+
+    #: The id's first field (``op::...``), the row's ``kind``, and the fact naming its subject.
+    name: str
+    #: How its ids are written (``<name>::...``).
+    id_format: IdFormat
+    #: id -> case; ValueError naming what is wrong.
+    parse: Callable[[str], Case]
+    #: The process a worker runs these cases in: ``child()`` -> an ``isolation.ChildProcess``
+    #: with ``run(case_id, scratch, timeout_s, on_stage=...)``.
+    child: Callable[[], Any]
+    #: The child-process entry: ``run(case_id, scratch, announce=..., release_memory=...)``
+    #: runs one case by id in the process that runs it and returns its ``CaseOutcome``.
+    run: Callable[..., Any]
+    #: The option giving one case's deadline, its default in seconds, and what it times.
+    timeout_option: str
+    default_timeout: float
+    timeout_what: str
+    #: ``<expectations_prefix><exporter>.toml`` in the expectations folder judges the cases.
+    expectations_prefix: str
+    #: The test function in ``conformance/test_*.py`` that takes the cases, and its parameter.
+    test_function: str
+    parameter: str
+    #: The run's cases of this kind: ``collect(options)`` with the plugin's ``Options``.
+    collect: Callable[[Any], list]
+    #: Whether ``--update-expectations`` proposes a file for every exporter of the run, even
+    #: one without cases of this kind.
+    proposes_always: bool = False
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}::"
+
+    def expectations_file(self, folder: Path, exporter: str) -> Path:
+        """The expectations file that judges one exporter's cases of this kind."""
+        return Path(folder) / f"{self.expectations_prefix}{exporter}.toml"
+
+
+#: The case kinds by name, in the order their modules registered them (ops, then models).
+KINDS: dict[str, CaseKind] = {}
+
+
+def register_kind(kind: CaseKind) -> CaseKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def find_kind(case_id: str | None) -> CaseKind | None:
+    """The kind an id names with its first field; None for anything else."""
+    if not isinstance(case_id, str):
+        return None
+    return KINDS.get(case_id.split("::", 1)[0]) if "::" in case_id else None
+
+
+def kind_of(case_id: str) -> CaseKind:
+    """The kind of a case id; ValueError naming the kinds there are."""
+    kind = find_kind(case_id)
+    if kind is None:
+        forms = "; or ".join(kind.id_format.form for kind in KINDS.values())
+        raise ValueError(f"not a case id: {case_id!r}. Expected {forms}.")
+    return kind
+
+
 def parse_case(case_id: str) -> Case:
-    """An op or model case from its id; ValueError naming what is wrong."""
-    if case_id.startswith("model::"):
-        from conformance.model_cases import parse_model_id
-
-        return parse_model_id(case_id)
-    from conformance.op_cases import parse_case_id
-
-    return parse_case_id(case_id)
+    """A case of any kind from its id; ValueError naming what is wrong."""
+    return kind_of(case_id).parse(case_id)
 
 
 def row_facts(case_id: str, sample_facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """The facts of a case known only by its id, with the sample facts its row or in-flight
     marker kept (op cases)."""
     case = parse_case(case_id)
-    if sample_facts and hasattr(case, "sample_facts"):
-        case = dataclasses.replace(case, sample_facts=sample_facts)
+    if sample_facts:
+        case = case.with_sample_facts(sample_facts)
     return case.facts()

@@ -1,3 +1,6 @@
-"""Registers the conformance plugin for runs of this directory (``pytest conformance``)."""
+"""Registers the conformance plugin for runs of this directory (``pytest conformance``): its
+two module-level hooks register the objects that hold the others (``plugin.__all__``)."""
 
-from conformance.plugin import *  # noqa: F403 - pytest finds the hooks and fixtures by name
+from conformance.plugin import pytest_addoption, pytest_configure
+
+__all__ = ["pytest_addoption", "pytest_configure"]

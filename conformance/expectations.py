@@ -48,9 +48,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conformance.case import DTYPES, EXPORTERS, PROVIDERS, SHAPES, row_facts
+from conformance.case import DTYPES, EXPORTERS, KINDS, PROVIDERS, SHAPES, kind_of, row_facts
 from exporter.stages import CASE_STAGES, stage_named
 
+#: The harness's own expectations files (``--expectations-dir`` names another folder).
+EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
+#: How the signature of a row the harness (not the exporter) failed begins; no expectation covers it.
+HARNESS_ERROR = "HarnessError:"
 STATUSES = ("xfail", "skip")
 FAILURE_STATUSES = ("fail", "crash", "timeout")
 #: Condition keys an entry may write at its top level (the case's own fields, and the error).
@@ -353,6 +357,17 @@ def judge(
     return Verdict(status, "fail")
 
 
+def judge_outcome(entries, facts: dict[str, Any], status: str, outcome: dict[str, Any]) -> Verdict:
+    """The expectations' verdict on a case's outcome. A harness error (its signature starts
+    with ``HARNESS_ERROR``) judges no exporter: no entry covers it, it fails as what it is."""
+    signature = outcome.get("error_signature")
+    if str(signature or "").startswith(HARNESS_ERROR):
+        return Verdict(
+            status, "fail", None, "conformance harness error (not the exporter's): fix the harness"
+        )
+    return judge(entries, facts, status, outcome.get("stage"), signature)
+
+
 # --------------------------------------------------------------------------- proposals
 
 
@@ -424,7 +439,9 @@ def _headline(row) -> str:
 
 
 def _subject(facts: dict[str, Any]) -> tuple[str, str]:
-    return ("model", facts["model"]) if "model" in facts else ("op", facts["op"])
+    """The case's kind and what it tests: the fact named like the kind (its op, its model)."""
+    kind = kind_of(facts["id"]).name
+    return kind, facts[kind]
 
 
 def _group_new_failures(
@@ -548,7 +565,7 @@ def _rejudge_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--expectations-dir",
         type=Path,
-        default=Path(__file__).with_name("expectations"),
+        default=EXPECTATIONS_DIR,
         help="the expectation files to judge by (default: this checkout's)",
     )
     args = parser.parse_args(argv)
@@ -563,8 +580,8 @@ def _rejudge_main(argv: Sequence[str] | None = None) -> int:
     for row in found.rows:
         key = (row.kind, row.exporter)
         if key not in files:
-            prefix = "models-" if row.kind == "model" else ""
-            files[key] = load_expectations(args.expectations_dir / f"{prefix}{row.exporter}.toml")
+            path = KINDS[row.kind].expectations_file(args.expectations_dir, row.exporter)
+            files[key] = load_expectations(path)
         judged = rejudge(row, files[key])
         append_row(target, judged)
         counts[(row.opset, row.exporter)]["cases"] += 1

@@ -6,7 +6,8 @@ starts a fresh child for the next case. A case that overruns its deadline gets t
 and is recorded as ``timeout``. The child is started with ``spawn`` (a clean interpreter, no
 forked torch state) and reused across cases, so its imports are paid once. That is the
 strategy for op cases (``CaseChild``); model cases use the forking zygote below
-(``ForkingModelChild``), both one protocol on one ``ChildProcess`` handle.
+(``ForkingModelChild``), both one protocol on one ``ChildProcess`` handle. Which kind of case
+takes which is its ``CaseKind.child``; inside, a case runs through its kind's ``CaseKind.run``.
 
 Model cases: a fresh process for every model case, without paying torch's import each time.
 
@@ -29,14 +30,17 @@ not exist, a fresh spawned child per case does the same job, slowly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conformance.case import kind_of
 from conformance.limits import apply_case_limits, die_with_parent
 from exporter.stages import Stage
 
@@ -86,12 +90,11 @@ class CaseChild(ChildProcess):
         case_id: str,
         scratch: Path,
         timeout_s: float,
-        tolerances_path: str | None = None,
         on_stage=lambda stage: None,
     ) -> ChildResult:
         if self._process is None or self._cases_run >= CASES_PER_CHILD:
             self._restart()
-        request = ("case", case_id, str(scratch), tolerances_path)
+        request = ("case", case_id, str(scratch))
         try:
             self._conn.send(request)
         except OSError:  # the idle child died since the last case: start another
@@ -219,31 +222,20 @@ def requests(conn):
 
 
 def child_main(conn) -> None:
-    """Child loop: receive case ids, run them, send stage announcements and the outcome."""
+    """Child loop: receive case ids, run each through its kind's entry, send stage
+    announcements and the outcome."""
     prepare_child()
     # Every case exports and compares: the exporter's import (torch, the op library) is paid
     # here, before "ready", rather than inside the first case's deadline.
     import exporter._api  # noqa: F401
     import exporter.diagnostics.compare  # noqa: F401
-    from conformance.op_cases import parse_case_id
-    from conformance.runner import run_op_case
 
     conn.send("ready")
-    for _, case_id, scratch, tolerances_path in requests(conn):
+    for _, case_id, scratch in requests(conn):
         try:
-            if case_id.startswith("model::"):
-                from conformance.runner import run_model_case
-
-                outcome = run_model_case(
-                    case_id, Path(scratch), announce=lambda stage: conn.send(("stage", stage))
-                )
-            else:
-                outcome = run_op_case(
-                    parse_case_id(case_id),
-                    Path(scratch),
-                    announce=lambda stage: conn.send(("stage", stage)),
-                    tolerances_path=tolerances_path,
-                )
+            outcome = kind_of(case_id).run(
+                case_id, Path(scratch), announce=lambda stage: conn.send(("stage", stage))
+            )
         except BaseException:  # noqa: BLE001 - reported to the parent, which decides
             conn.send(("error", traceback.format_exc()))
             continue
@@ -255,7 +247,13 @@ REAP_TIMEOUT_S = 30.0
 
 
 class ForkingModelChild(ChildProcess):
-    """Runs each model case in a process forked from a pre-imported zygote."""
+    """Runs each model case in a process forked from a pre-imported zygote; ``preload`` (a
+    module-level function: it travels to the spawned zygote) is what the zygote loads besides
+    the libraries (the case source's cases)."""
+
+    def __init__(self, preload: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._preload = preload
 
     def run(self, case_id: str, scratch: Path, timeout_s: float, on_stage=lambda s: None):
         if not hasattr(os, "fork"):
@@ -303,7 +301,9 @@ class ForkingModelChild(ChildProcess):
     def _start(self) -> None:
         self.close()
         self._process, self._conn = start_process(
-            zygote_main, "conformance-model-zygote", "model case zygote"
+            functools.partial(zygote_main, preload=self._preload),
+            "conformance-model-zygote",
+            "model case zygote",
         )
 
     def _kill_case(self, pid: int | None) -> None:
@@ -334,10 +334,10 @@ def _death_note(status: int) -> str:
     return f"the case process exited with code {status} before reporting a result"
 
 
-def zygote_main(conn) -> None:
+def zygote_main(conn, preload: Callable[[], None] | None = None) -> None:
     """Import everything a model case needs, then fork one process per case."""
     prepare_child()
-    _preload()
+    _preload(preload)
     conn.send("ready")
     for _, case_id, scratch in requests(conn):
         pid = os.fork()
@@ -351,8 +351,8 @@ def zygote_main(conn) -> None:
             return
 
 
-def _preload() -> None:
-    """The imports every case would otherwise pay again after each fork."""
+def _preload(cases: Callable[[], None] | None) -> None:
+    """The imports every case would otherwise pay again after each fork, and ``cases()``."""
     import importlib
 
     for name in (
@@ -373,9 +373,8 @@ def _preload() -> None:
         except Exception:  # noqa: BLE001 - a missing library fails its cases, not the zygote
             pass
     try:
-        from conformance.model_cases import all_cases
-
-        all_cases("full")  # registers the zoo's cases (imports the case modules)
+        if cases is not None:
+            cases()
     except Exception:  # noqa: BLE001
         pass
 
@@ -387,9 +386,7 @@ def _case_process(conn, case_id: str, scratch: Path) -> None:
     try:
         die_with_parent()  # a fork does not inherit the zygote's death signal
         conn.send(("pid", os.getpid()))
-        from conformance.runner import run_model_case
-
-        outcome = run_model_case(
+        outcome = kind_of(case_id).run(
             case_id,
             scratch,
             announce=lambda stage: conn.send(("stage", stage)),

@@ -18,24 +18,33 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import gc
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from conformance.case import (
+    CaseKind,
     CaseSetupError,
     IdFormat,
     Prepared,
     StageFailed,
     format_id,
     in_shard,
+    register_kind,
 )
+from conformance.errors import error_text
+from conformance.isolation import ForkingModelChild
+from conformance.runner import CaseOutcome, run_case
 from exporter.stages import Stage
 
 if TYPE_CHECKING:
+    from conformance.plugin import Options
     from model_zoo import ModelCase
 
 #: Dtypes a model case can run in: the zoo's models are float models; integer or bool "model
@@ -45,6 +54,8 @@ OPTIMIZE_FLAGS = {True: "opt", False: "noopt"}
 EXTRA_CASES_ENV = "CONFORMANCE_MODEL_CASES"
 #: The ``--expectations-dir`` of the run, when one was given (for the saved rerun commands).
 EXPECTATIONS_DIR_ENV = "CONFORMANCE_EXPECTATIONS_DIR"
+#: Seconds one model case may take (``--model-case-timeout``).
+DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
 #: Vacuity descriptions kept in a row, at most (decoder caches have dozens of outputs).
 MAX_DESCRIBED_OUTPUTS = 8
 #: An exporter cannot be asked to match eager more closely than eager matches exact arithmetic:
@@ -110,12 +121,17 @@ class ModelCaseId:
         facts = self.facts()
         return {"kind": "model", "subject": facts.pop("model"), **facts}
 
+    #: Model cases carry no planted fault of the op kind's (planted models are a case file).
+    planted = None
+
+    def row_extra(self, facts: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {}
+
+    def with_sample_facts(self, sample_facts: dict[str, Any]) -> ModelCaseId:
+        return self
+
     def prepare(self, outcome) -> Prepared:
         return _prepare(self, outcome)
-
-
-def is_model_id(case_id: str | None) -> bool:
-    return isinstance(case_id, str) and case_id.startswith("model::")
 
 
 def parse_model_id(case_id: str) -> ModelCaseId:
@@ -133,6 +149,45 @@ def family_of(model: str) -> str:
         return find_case(model).family
     except Exception:  # noqa: BLE001 - only a label
         return model.split("/", 1)[0]
+
+
+def run_in_child(
+    case_id: str,
+    scratch: Path,
+    *,
+    announce: Callable[[str], None] = lambda stage: None,
+    release_memory: bool = True,
+) -> CaseOutcome:
+    """The model kind's child-process entry: ``run_case`` for a model case id.
+    ``release_memory=False`` skips dropping torch's caches afterwards, for a process that exits
+    after the case anyway."""
+    _quiet_torch_logs()
+    try:
+        return run_case(parse_model_id(case_id), scratch, announce=announce)
+    finally:
+        if release_memory:
+            _release_memory()
+
+
+def _quiet_torch_logs() -> None:
+    """torch.export logs every failed guard at ERROR level with a long stack; the row already
+    records the error, and the log would flood the terminal of a run over many models."""
+    import logging
+
+    import torch
+
+    torch._logging.set_logs(all=logging.CRITICAL)
+
+
+def _release_memory() -> None:
+    """Models are big and the child is reused: drop compiled-graph caches between cases."""
+    try:
+        import torch
+
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001, S110 - best effort
+        pass
+    gc.collect()
 
 
 # --------------------------------------------------------------------------- case sources
@@ -334,6 +389,40 @@ def collect(
     return selected
 
 
+def _load_cases() -> None:
+    """What a model case zygote loads before it forks: the active source's cases (the zoo's
+    case modules, the ``--cases`` files)."""
+    all_cases("full")
+
+
+def collect_cases(options: Options) -> list[ModelCaseId]:
+    """Every model case the run's options select (none when ``--ops`` narrows it to ops)."""
+    models = options.models
+    if not models.enabled:
+        return []
+    try:
+        selected = collect(
+            tier=options.tier,
+            names=models.names,
+            dtypes=options.dtypes,
+            shapes=options.shapes,
+            opsets=options.opsets,
+            providers=options.providers,
+            exporters=options.exporters,
+            optimize=models.optimize,
+            shard=options.shard,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if models.names and not selected and not options.shard:
+        raise pytest.UsageError(
+            f"--models {' '.join(models.names)}: no model of tier {options.tier!r} matches "
+            f"(dtypes {', '.join(options.dtypes)}; models run in {', '.join(MODEL_DTYPES)}). "
+            "List them with: python -m model_zoo list --tier full"
+        )
+    return [key for key, _ in selected]
+
+
 # --------------------------------------------------------------------------- preparing a case
 
 
@@ -341,15 +430,166 @@ class ModelSetupError(CaseSetupError):
     """The zoo case itself failed (build or eager run): a bug in the case, not the exporter."""
 
 
-def _prepare(key: ModelCaseId, outcome) -> Prepared:
-    import torch
+@dataclasses.dataclass(kw_only=True)
+class ModelPrepared(Prepared):
+    """A model case ready to export: the case's module and inputs, exported by the case's
+    exporter into a file (weights may be external data), run in a ``ModelSession`` (latency
+    measured) and compared relative to each output's scale, or by the case's own comparison."""
 
+    key: ModelCaseId
+    case: Any  # model_zoo.ModelCase, or a user's case
+    module: Any  # torch.nn.Module
+    args: tuple
+    kwargs: dict
+    #: The flattened inputs (``flat_io.FlatInput``), in the order the model takes them.
+    inputs: list
+    rtol: float
+    atol: float
+    #: The case's row while it runs: the export records the capture patches it applied.
+    outcome: Any
+    second_what: str = "second inputs"
+
+    def export(self, path: Path) -> str:
+        from conformance import flat_io
+        from conformance.exporters import export_model
+
+        key, case = self.key, self.case
+        ours = key.exporter == "ours"
+        table = case.custom_translation_table_factory
+        applied = export_model(
+            key.exporter,
+            self.module,
+            flat_io.clone_tree(self.args),
+            flat_io.clone_tree(self.kwargs),
+            inputs=self.inputs,
+            dynamic_shapes=case.dynamic_shapes if key.dynamic else None,
+            opset=key.opset,
+            optimize=key.optimize,
+            path=path,
+            custom_translation_table=table() if table else None,
+            capture=case.capture if ours else None,
+        )
+        if applied:
+            self.outcome.extra["capture_patches"] = applied
+        return str(path)
+
+    def open_session(self, path: str):
+        from conformance.session import ModelSession
+
+        return ModelSession(Path(path), self.key.provider)
+
+    def before_run(self, session, feeds) -> None:
+        missing = session.missing_inputs(feeds)
+        if missing:
+            raise StageFailed(
+                Stage.RUN,
+                f"the ONNX model declares inputs {missing} that are not among the model's "
+                f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
+            )
+
+    def after_run(self, session, feeds, outcome) -> None:
+        try:
+            latency = session.latency_ms(feeds)
+            if latency is not None:
+                outcome.latency_ms, outcome.extra["latency_wall_ms"] = latency
+        except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
+            outcome.extra["latency_error"] = error_text(exc)
+
+    def compare(self, expected, actual, session):
+        from exporter.diagnostics.compare import SCALE, compare_outputs
+
+        if self.case.compare:
+            return _compare_with(self.case.compare, expected, actual)
+        return compare_outputs(
+            expected,
+            actual,
+            rtol=self.rtol,
+            atol=self.atol,
+            rule=SCALE,
+            declared_shapes=session.output_shapes,
+        )
+
+    def after_compare(self, session, outcome) -> None:
+        key = self.key
+        if self.case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
+            _check_greedy(self.case, self.module, session, outcome)
+
+    def specialised(self, session, grown_only: bool) -> list[str]:
+        from exporter.diagnostics.second_shape import specialised_dims
+
+        return specialised_dims(
+            session.input_shapes, {item.name: item.axes for item in self.inputs}
+        )
+
+    def conclude(self, outcome) -> None:
+        if outcome.status == "pass" and outcome.extra.get("vacuous"):
+            outcome.status = "vacuous"
+            outcome.stage = Stage.COMPARE.value
+            outcome.error = (
+                "eager outputs are near-constant, so matching them proves nothing: "
+                + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
+            )
+            outcome.error_signature = "vacuous: near-constant eager outputs"
+
+
+def _prepare(key: ModelCaseId, outcome) -> ModelPrepared:
     from conformance import flat_io
-    from exporter.diagnostics.compare import SCALE, compare_outputs, default_tolerance, max_or_none
-    from model_zoo import vacuity
+    from exporter.diagnostics.compare import SCALE
 
     case = find_case(key.model)
     started = time.perf_counter()
+    module, args, kwargs, second = _build(key, case, outcome)
+    expected = _eager(module, args, kwargs, "the example inputs")
+    expected2 = _eager(module, *second, "the second inputs") if second is not None else None
+    outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
+    rtol, atol = _tolerance(key, case, outcome, module, (args, kwargs, expected), second, expected2)
+    outcome.rtol, outcome.atol = rtol, atol
+    _note_vacuity(outcome, expected, expected2)
+
+    inputs = flat_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
+    feeds2 = expected2_np = None
+    if second is not None:
+        inputs2 = flat_io.flat_inputs(module, *second, case.dynamic_shapes)
+        feeds2 = flat_io.feeds(inputs2)
+        expected2_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected2)]
+        outcome.extra["second_inputs"] = flat_io.shapes_text(feeds2)
+    if case.capture and key.exporter == "ours":
+        outcome.extra["capture"] = case.capture
+    return ModelPrepared(
+        meta={
+            "id": key.id,
+            "model": key.model,
+            "provider": key.provider,
+            "rtol": rtol,
+            "atol": atol,
+            "rule": SCALE,
+            "dynamic_axes": flat_io.dynamic_axes(inputs) if key.dynamic else {},
+            "rerun": rerun_command(key),
+        },
+        feeds=flat_io.feeds(inputs),
+        expected=[flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected)],
+        dynamic=second is not None,
+        feeds2=feeds2,
+        expected2=expected2_np,
+        key=key,
+        case=case,
+        module=module,
+        args=args,
+        kwargs=kwargs,
+        inputs=inputs,
+        rtol=rtol,
+        atol=atol,
+        outcome=outcome,
+    )
+
+
+def _build(key: ModelCaseId, case, outcome) -> tuple[Any, tuple, dict, Any]:
+    """The case's module, example inputs and (dynamic cases) second inputs, on the CPU for the
+    cpu provider and in the case's dtype; ``StageFailed`` when the case itself fails."""
+    import torch
+
+    from conformance import flat_io
+
     torch.manual_seed(0)
     try:
         module, args, kwargs = case.build()
@@ -367,10 +607,16 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
         args, kwargs = flat_io.cast_floats((args, kwargs), torch.float16)
         if second is not None:
             second = flat_io.cast_floats(second, torch.float16)
-    expected = _eager(module, args, kwargs, "the example inputs")
-    expected2 = _eager(module, *second, "the second inputs") if second is not None else None
-    outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
+    return module, args, kwargs, second
 
+
+def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple[float, float]:
+    """``(rtol, atol)``: the case's own or the default model tolerance, with rtol raised to
+    ``NOISE_FACTOR`` x eager's own rounding noise (capped). ``first`` is ``(args, kwargs,
+    eager outputs)``; what decided it goes to ``outcome.extra["tolerance_source"]``."""
+    from exporter.diagnostics.compare import default_tolerance, max_or_none
+
+    args, kwargs, expected = first
     override = case.tolerance(key.dtype)
     if override is not None:
         rtol, atol = override.rtol, override.atol
@@ -392,7 +638,12 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
                 f"; rtol raised to {NOISE_FACTOR:g} x the model's own float rounding noise "
                 f"(eager vs float64 error/scale {noise:.2g})"
             )
-    outcome.rtol, outcome.atol = rtol, atol
+    return rtol, atol
+
+
+def _note_vacuity(outcome, expected, expected2) -> None:
+    """Near-constant eager outputs (``model_zoo.vacuity``): marked, and described, in the row."""
+    from model_zoo import vacuity
 
     if vacuity.is_vacuous(expected) or (expected2 is not None and vacuity.is_vacuous(expected2)):
         outcome.extra["vacuous"] = True
@@ -400,122 +651,6 @@ def _prepare(key: ModelCaseId, outcome) -> Prepared:
             d for outs in (expected, expected2) if outs is not None for d in vacuity.describe(outs)
         ]
         outcome.extra["vacuity"] = described[:MAX_DESCRIBED_OUTPUTS]
-
-    inputs = flat_io.flat_inputs(module, args, kwargs, case.dynamic_shapes)
-    feeds = flat_io.feeds(inputs)
-    feeds2 = expected2_np = None
-    if second is not None:
-        inputs2 = flat_io.flat_inputs(module, *second, case.dynamic_shapes)
-        feeds2 = flat_io.feeds(inputs2)
-        expected2_np = [flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected2)]
-        outcome.extra["second_inputs"] = flat_io.shapes_text(feeds2)
-
-    ours = key.exporter == "ours"
-    if case.capture and ours:
-        outcome.extra["capture"] = case.capture
-
-    def export(path: Path) -> str:
-        from conformance.exporters import export_model
-
-        table = case.custom_translation_table_factory
-        applied = export_model(
-            key.exporter,
-            module,
-            flat_io.clone_tree(args),
-            flat_io.clone_tree(kwargs),
-            inputs=inputs,
-            dynamic_shapes=case.dynamic_shapes if key.dynamic else None,
-            opset=key.opset,
-            optimize=key.optimize,
-            path=path,
-            custom_translation_table=table() if table else None,
-            capture=case.capture if ours else None,
-        )
-        if applied:
-            outcome.extra["capture_patches"] = applied
-        return str(path)
-
-    def open_session(path: str):
-        from conformance.session import ModelSession
-
-        return ModelSession(Path(path), key.provider)
-
-    def before_run(session, feeds) -> None:
-        missing = session.missing_inputs(feeds)
-        if missing:
-            raise StageFailed(
-                Stage.RUN,
-                f"the ONNX model declares inputs {missing} that are not among the model's "
-                f"flattened inputs {list(feeds)} (the exporter ignored input_names)",
-            )
-
-    def after_run(session, feeds, outcome) -> None:
-        from conformance.runner import error_text
-
-        try:
-            latency = session.latency_ms(feeds)
-            if latency is not None:
-                outcome.latency_ms, outcome.extra["latency_wall_ms"] = latency
-        except Exception as exc:  # noqa: BLE001 - it ran once already; timing is a by-product
-            outcome.extra["latency_error"] = error_text(exc)
-
-    def compare(expected, actual, session):
-        if case.compare:
-            return _compare_with(case.compare, expected, actual)
-        return compare_outputs(
-            expected,
-            actual,
-            rtol=rtol,
-            atol=atol,
-            rule=SCALE,
-            declared_shapes=session.output_shapes,
-        )
-
-    def after_compare(session, outcome) -> None:
-        if case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
-            _check_greedy(case, module, session, outcome)
-
-    def specialised(session, grown_only: bool) -> list[str]:
-        from exporter.diagnostics.second_shape import specialised_dims
-
-        return specialised_dims(session.input_shapes, {item.name: item.axes for item in inputs})
-
-    def conclude(outcome) -> None:
-        if outcome.status == "pass" and outcome.extra.get("vacuous"):
-            outcome.status = "vacuous"
-            outcome.stage = Stage.COMPARE.value
-            outcome.error = (
-                "eager outputs are near-constant, so matching them proves nothing: "
-                + "; ".join(_describe_line(d) for d in outcome.extra.get("vacuity", []))
-            )
-            outcome.error_signature = "vacuous: near-constant eager outputs"
-
-    return Prepared(
-        meta={
-            "id": key.id,
-            "model": key.model,
-            "provider": key.provider,
-            "rtol": rtol,
-            "atol": atol,
-            "rule": SCALE,
-            "dynamic_axes": flat_io.dynamic_axes(inputs) if key.dynamic else {},
-            "rerun": rerun_command(key),
-        },
-        feeds=feeds,
-        expected=[flat_io.to_numpy(t) for t in flat_io.flat_outputs(expected)],
-        export=export,
-        open_session=open_session,
-        compare=compare,
-        dynamic=second is not None,
-        feeds2=feeds2,
-        expected2=expected2_np,
-        specialised=specialised,
-        before_run=before_run,
-        after_run=after_run,
-        after_compare=after_compare,
-        second_what="second inputs",
-        conclude=conclude,
-    )
 
 
 def _check_greedy(case, module, session, outcome) -> None:
@@ -630,3 +765,21 @@ def _describe_line(entry: dict[str, Any]) -> str:
     scale, spread = entry.get("scale"), entry.get("spread")
     numbers = f" scale {scale:.3g}, spread {spread:.3g}" if scale is not None else ""
     return f"output{entry['path']} {entry['dtype']}{list(entry['shape'])}{numbers}"
+
+
+KIND = register_kind(
+    CaseKind(
+        name="model",
+        id_format=_ID_FORMAT,
+        parse=parse_model_id,
+        child=functools.partial(ForkingModelChild, preload=_load_cases),
+        run=run_in_child,
+        timeout_option="--model-case-timeout",
+        default_timeout=DEFAULT_MODEL_CASE_TIMEOUT_S,
+        timeout_what="one model case",
+        expectations_prefix="models-",
+        test_function="test_model",
+        parameter="model_case",
+        collect=collect_cases,
+    )
+)

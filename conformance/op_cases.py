@@ -23,21 +23,32 @@ import logging
 import os
 import random
 import tempfile
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from conformance import planted as planted_cases
 from conformance.case import (
     DTYPES,
     TORCH_DTYPE_NAMES,
+    CaseKind,
     IdFormat,
     Prepared,
     Skip,
     format_id,
+    in_shard,
+    register_kind,
     stable_hash,
 )
+from conformance.isolation import CaseChild
+from conformance.runner import CaseOutcome, run_case
 from conformance.runs import READ_ONLY_ENV
+
+if TYPE_CHECKING:
+    from conformance.plugin import Options
 
 MANIFEST_FORMAT = 2
 #: Samples per op in a default run. Measured with our exporter: about 0.12 CPU-seconds per case
@@ -48,6 +59,8 @@ MANIFEST_FORMAT = 2
 DEFAULT_SAMPLES = 3
 #: In-place variants repeat their base op's samples, so a default run takes fewer of them.
 DEFAULT_INPLACE_SAMPLES = 1
+#: Seconds one op case may take (``--case-timeout``).
+DEFAULT_CASE_TIMEOUT_S = 120.0
 
 
 #: The op cases' comparison policy: per-dtype tolerances, per-op overrides, shape-only ops.
@@ -120,6 +133,18 @@ class OpCase:
         found.update(id=self.id, **{axis: getattr(self, axis) for axis in _AXES})
         return found
 
+    @property
+    def planted(self) -> str | None:
+        return planted_cases.planted_name(self.op)
+
+    def row_extra(self, facts: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The sample's facts (the in-flight marker's ``facts`` for a crash row)."""
+        sample = self.sample_facts if facts is None else facts
+        return {} if sample is None else {"sample": sample}
+
+    def with_sample_facts(self, sample_facts: dict[str, Any]) -> OpCase:
+        return dataclasses.replace(self, sample_facts=sample_facts)
+
     def row_identity(self) -> dict[str, Any]:
         from conformance.families import op_family
 
@@ -127,7 +152,7 @@ class OpCase:
             "id": self.id,
             "kind": "op",
             "subject": self.op,
-            "family": "planted" if planted_cases.planted_name(self.op) else op_family(self.op),
+            "family": "planted" if self.planted else op_family(self.op),
             "dtype": self.dtype,
             "shapes": self.shapes,
             "opset": self.opset,
@@ -146,6 +171,18 @@ def parse_case_id(case_id: str) -> OpCase:
     return OpCase(**{**fields, "sample": int(fields["sample"]), "opset": int(fields["opset"])})
 
 
+def run_in_child(
+    case_id: str,
+    scratch: Path,
+    *,
+    announce: Callable[[str], None] = lambda stage: None,
+    release_memory: bool = True,
+) -> CaseOutcome:
+    """The op kind's child-process entry: ``run_case`` of the case the id names (an op case
+    leaves no caches worth releasing)."""
+    return run_case(parse_case_id(case_id), scratch, announce=announce)
+
+
 @dataclasses.dataclass
 class OpSamples:
     """An op's usable samples in the manifest."""
@@ -154,6 +191,65 @@ class OpSamples:
     inplace: bool
     samples: list[dict[str, Any]]  # sample facts, see ``sample_facts``
     error: str | None = None
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def collect_cases(options: Options) -> list[OpCase]:
+    """Every op case the run's options select, in a stable order, sharded."""
+    if not options.ops_enabled:
+        return []  # the OpInfo database is not even imported
+    axes = [
+        (shapes, opset, provider, exporter)
+        for shapes in options.shapes
+        for opset in options.opsets
+        for provider in options.providers
+        for exporter in options.exporters
+    ]
+    cases = []
+    if options.planted:
+        for name in options.planted:
+            for shapes, opset, provider, exporter in axes:
+                cases.append(
+                    OpCase(planted_cases.PREFIX + name, 0, "f32", shapes, opset, provider, exporter)
+                )
+    else:
+        matched = 0
+        for dtype in options.dtypes:
+            ops = load_manifest(options.cache_dir, dtype, options.ops)
+            matched += len(ops)
+            for op in ops:
+                if op.error:
+                    warnings.warn(
+                        f"conformance: {op.op} ({dtype}) has no samples: {op.error}", stacklevel=2
+                    )
+                    continue
+                limit = options.samples
+                if limit == -1:
+                    limit = DEFAULT_INPLACE_SAMPLES if op.inplace else DEFAULT_SAMPLES
+                by_index = {f["index"]: f for f in op.samples}
+                for index in select_samples(op.samples, limit, inplace=op.inplace):
+                    for shapes, opset, provider, exporter in axes:
+                        cases.append(
+                            OpCase(
+                                op.op,
+                                index,
+                                dtype,
+                                shapes,
+                                opset,
+                                provider,
+                                exporter,
+                                sample_facts=by_index[index],
+                            )
+                        )
+        if options.ops and not matched:
+            raise pytest.UsageError(
+                f"--ops {' '.join(options.ops)}: no OpInfo supporting {', '.join(options.dtypes)} "
+                "has a matching name. Names look like 'abs', 'nn.functional.conv2d', "
+                "'div.trunc_rounding' (name.variant) or 'add_' (in-place); globs are fnmatch."
+            )
+    return [case for case in cases if in_shard(case.id, options.shard)]
 
 
 # --------------------------------------------------------------------------- op_db access
@@ -474,13 +570,83 @@ def _first_leaf_is_tensor(sample) -> bool:
 # --------------------------------------------------------------------------- preparing a case
 
 
-def _prepare(case: OpCase, outcome) -> Prepared:
+@dataclasses.dataclass(kw_only=True)
+class OpPrepared(Prepared):
+    """An op case ready to export: the sample's module and inputs, exported by the case's
+    exporter (a planted case's fake one), run in an in-memory ``Session`` and compared element
+    by element, or by distribution over draws for a random op."""
+
+    case: OpCase
+    module: Any  # torch.nn.Module
+    inputs: tuple
+    inputs2: tuple | None
+    input_names: list[str]
+    #: The ``(input, dim)`` pairs the second shape grows (``second_shape.grown_dims``).
+    grown: Any
+    tolerance: Any  # exporter.diagnostics.compare.Tolerance
+    shape_only: bool
+    sign_invariant: bool
+    #: Random outputs: judged by distribution over several draws of eager and of the model.
+    distribution: bool
+    planted: str | None
+
+    def export(self, path: Path):
+        from conformance.modules import clone_tensors
+
+        exported = _export(
+            self.case, self.module, clone_tensors(self.inputs), self.dynamic, self.planted
+        )
+        path.write_bytes(exported.model.SerializeToString())
+        return exported.model
+
+    def open_session(self, model):
+        from conformance.session import Session
+
+        return Session(model, self.case.provider)
+
+    def specialised(self, session, grown_only: bool) -> list[str]:
+        from conformance import shapes
+
+        among = self.grown if grown_only else None
+        return shapes.specialised_inputs(session.input_shapes, self.input_names, self.inputs, among)
+
+    def compare(self, expected, actual, session):
+        from exporter.diagnostics.compare import compare_outputs
+
+        if self.distribution:
+            first = expected is self.expected
+            return _compare_draws(
+                self.case.op,
+                self.module,
+                self.inputs if first else self.inputs2,
+                self.feeds if first else self.feeds2,
+                (expected, actual),
+                session,
+                self.case.seed,
+                self.tolerance,
+            )
+        return compare_outputs(
+            expected,
+            actual,
+            rtol=self.tolerance.rtol,
+            atol=self.tolerance.atol,
+            shape_only=self.shape_only,
+            sign_invariant=self.sign_invariant,
+        )
+
+    def before_run(self, session, feeds) -> None:
+        fault = planted_cases.runtime_fault(self.planted)
+        if fault is not None:
+            fault()
+
+
+def _prepare(case: OpCase, outcome) -> OpPrepared:
     import torch
 
     from conformance import exporters
     from conformance.flat_io import to_numpy
     from exporter.diagnostics import second_shape
-    from exporter.diagnostics.compare import ELEMENT, compare_outputs, load_policy
+    from exporter.diagnostics.compare import ELEMENT, load_policy
 
     policy = load_policy(case.tolerances_path or OP_TOLERANCES_PATH)
     torch.manual_seed(case.seed)
@@ -510,60 +676,11 @@ def _prepare(case: OpCase, outcome) -> Prepared:
         )
 
     input_names = exporters.input_names_for(inputs)
-
-    def export(path: Path):
-        from conformance.modules import clone_tensors
-
-        exported = _export(case, module, clone_tensors(inputs), dynamic, planted)
-        path.write_bytes(exported.model.SerializeToString())
-        return exported.model
-
-    def open_session(model):
-        from conformance.session import Session
-
-        return Session(model, case.provider)
-
-    def specialised(session, grown_only: bool) -> list[str]:
-        from conformance import shapes
-
-        among = grown if grown_only else None
-        return shapes.specialised_inputs(session.input_shapes, input_names, inputs, among)
-
-    def compare(expected, actual, session):
-        if distribution:
-            first = expected is expected_np
-            return _compare_draws(
-                case.op,
-                module,
-                inputs if first else inputs2,
-                feeds if first else feeds2,
-                (expected, actual),
-                session,
-                case.seed,
-                tolerance,
-            )
-        return compare_outputs(
-            expected,
-            actual,
-            rtol=tolerance.rtol,
-            atol=tolerance.atol,
-            shape_only=shape_only,
-            sign_invariant=sign_invariant,
-        )
-
-    fault = planted_cases.runtime_fault(planted)
-
-    def before_run(session, feeds) -> None:
-        if fault is not None:
-            fault()
-
     feeds2 = expected2_np = None
     if inputs2 is not None:
         feeds2 = {name: to_numpy(t) for name, t in zip(input_names, inputs2)}
         expected2_np = [to_numpy(t) for t in expected2]
-    feeds = {name: to_numpy(t) for name, t in zip(input_names, inputs)}
-    expected_np = [to_numpy(t) for t in expected]
-    return Prepared(
+    return OpPrepared(
         meta={
             "id": case.id,
             "provider": case.provider,
@@ -578,19 +695,25 @@ def _prepare(case: OpCase, outcome) -> Prepared:
             "sign_invariant": sign_invariant,
             "sample": facts,
         },
-        feeds=feeds,
-        expected=expected_np,
-        export=export,
-        open_session=open_session,
-        compare=compare,
+        feeds={name: to_numpy(t) for name, t in zip(input_names, inputs)},
+        expected=[to_numpy(t) for t in expected],
         dynamic=dynamic,
         feeds2=feeds2,
         expected2=expected2_np,
         no_second_shape=(note or "no growth of the inputs works")
         if dynamic and not feeds2
         else None,
-        specialised=specialised,
-        before_run=before_run,
+        case=case,
+        module=module,
+        inputs=inputs,
+        inputs2=inputs2,
+        input_names=input_names,
+        grown=grown,
+        tolerance=tolerance,
+        shape_only=shape_only,
+        sign_invariant=sign_invariant,
+        distribution=distribution,
+        planted=planted,
     )
 
 
@@ -743,3 +866,22 @@ def _export(case: OpCase, module, inputs: tuple, dynamic: bool, planted: str | N
     if planted is not None:
         return planted_cases.fake_export(planted, inputs, dynamic=dynamic, opset=case.opset)
     return exporters.export_case(case.exporter, module, inputs, dynamic=dynamic, opset=case.opset)
+
+
+KIND = register_kind(
+    CaseKind(
+        name="op",
+        id_format=_ID_FORMAT,
+        parse=parse_case_id,
+        child=CaseChild,
+        run=run_in_child,
+        timeout_option="--case-timeout",
+        default_timeout=DEFAULT_CASE_TIMEOUT_S,
+        timeout_what="one case",
+        expectations_prefix="",
+        test_function="test_op",
+        parameter="op_case",
+        collect=collect_cases,
+        proposes_always=True,
+    )
+)

@@ -1,18 +1,26 @@
 """pytest plugin of the conformance suite: options, case collection, sharding, resume,
 expectations, one result row per case, JUnit properties.
 
-Collection turns the options into one pytest item per case (``op_case`` parameter of
-``test_ops.py``, an ``op_cases.OpCase``) and one per model case (``model_case`` parameter of
-``test_models.py``, a ``model_cases.ModelCaseId``). Running an item goes through
-``CaseRuntime.run``, one body for both: the case runs in an isolating child process (see
-``isolation.py``), its outcome is judged against the exporter's expectations file, a row is
-appended to ``RESULTS/<worker>.jsonl`` and, for a case that does not pass, the repro directory is
-kept. Controller-side hooks add global JUnit properties, turn a crashed worker into a ``crash``
-row, and write ``--update-expectations`` proposals.
+The module level has ``pytest_addoption`` and ``pytest_configure``; the latter parses the
+options once and registers the objects whose methods are the hooks (the style of pytest's own
+``junitxml.LogXML`` and xdist's ``DSession``), so no hook asks which process it runs in:
 
-Op expectations live in ``expectations/<exporter>.toml``, model expectations in
-``expectations/models-<exporter>.toml`` (same format; a model entry matches on model, family,
-dtype, shapes, opset, provider, exporter, optimize, error).
+- ``Collector`` (every process that collects): each case kind's ``collect`` (``case.KINDS``)
+  turns the options into one pytest item per case, the parameter of its test function
+  (``op_case`` of ``test_ops.py``, ``model_case`` of ``test_models.py``); resume and the
+  pytest-timeout backstops.
+- ``CaseRuntime`` (every process that runs cases): ``run`` is the one body of every test
+  item. The case runs in its kind's isolating child process (see ``isolation.py``), its
+  outcome is judged against the exporter's expectations file, a row is appended to
+  ``RESULTS/<worker>.jsonl`` and, for a case that does not pass, the repro directory is kept.
+  ``record`` is the one path from an outcome to a judged row, also for a crashed worker's case.
+- ``Controller`` (the controlling process: the only one without xdist): the report header,
+  global JUnit properties, a crashed worker's ``crash`` row (through a ``CaseRuntime`` of that
+  worker), and ``--update-expectations`` proposals.
+
+Each kind's expectations live in ``expectations/<prefix><exporter>.toml``: ``<exporter>.toml``
+for ops, ``models-<exporter>.toml`` for models (same format; a model entry matches on model,
+family, dtype, shapes, opset, provider, exporter, optimize, error).
 """
 
 from __future__ import annotations
@@ -25,7 +33,6 @@ import os
 import platform
 import shutil
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,26 +41,33 @@ import pytest
 from conformance import expectations as expectations_mod
 from conformance import model_cases, progress, runs
 from conformance import planted as planted_cases
-from conformance.case import DTYPES, EXPORTERS, PROVIDERS, SHAPES, in_shard, parse_case, parse_shard
-from conformance.model_cases import ModelCaseId, is_model_id
-from conformance.op_cases import OpCase
+from conformance.case import (
+    DTYPES,
+    EXPORTERS,
+    KINDS,
+    PROVIDERS,
+    SHAPES,
+    CaseKind,
+    find_kind,
+    kind_of,
+    parse_case,
+    parse_shard,
+)
+from conformance.errors import signature_of
+from conformance.expectations import EXPECTATIONS_DIR, HARNESS_ERROR, judge_outcome
+from conformance.repro import keep_repro
+from conformance.runner import run_case
 from conformance.runs import case_id_of
+from exporter import DEFAULT_OPSET
 from exporter.stages import Stage
 
-DEFAULT_OPSET = 20
-DEFAULT_CASE_TIMEOUT_S = 120.0
+#: What ``conformance/conftest.py`` takes: pytest finds the rest on the registered objects.
+__all__ = ["pytest_addoption", "pytest_configure"]
+
 #: pytest-timeout backstop beyond the case deadline: covers starting a fresh child.
 BACKSTOP_SLACK_S = 120.0
-EXPECTATIONS_DIR = Path(__file__).with_name("expectations")
 ROW_STATUSES_WITH_REPRO = ("fail", "xfail", "crash", "timeout")
-#: How the signature of a row the harness (not the exporter) failed begins; no expectation covers it.
-HARNESS_ERROR = "HarnessError:"
-DEFAULT_MODEL_CASE_TIMEOUT_S = 600.0
 OPTIMIZE_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
-TIMEOUT_OPTIONS = (
-    ("--case-timeout", DEFAULT_CASE_TIMEOUT_S, "one case"),
-    ("--model-case-timeout", DEFAULT_MODEL_CASE_TIMEOUT_S, "one model case"),
-)
 #: Row fields a JUnit test case does not repeat as properties: its name (the id) says them, the
 #: failure message holds the error, and the versions are global properties.
 NOT_JUNIT_PROPERTIES = frozenset(
@@ -66,7 +80,6 @@ NOT_JUNIT_PROPERTIES = frozenset(
 class ModelOptions:
     names: tuple[str, ...] | None
     optimize: tuple[bool, ...]
-    case_timeout: float
     enabled: bool  # False when --ops narrows the run to op cases
 
 
@@ -84,7 +97,8 @@ class Options:
     results: Path
     resume: bool
     update_expectations: bool
-    case_timeout: float
+    #: Seconds one case may take, by case kind (each kind's ``timeout_option``).
+    case_timeouts: dict[str, float]
     planted: tuple[str, ...]
     expectations_dir: Path
     isolation: str
@@ -105,6 +119,30 @@ _OPTIONS_KEY = pytest.StashKey[Options]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "torch-onnx-conformance suite")
+    _add_axis_options(group)
+    group.addoption("--results", default="results", help="directory for result rows and repros")
+    group.addoption(
+        "--resume", action="store_true", help="skip cases that already have a result row"
+    )
+    group.addoption(
+        "--update-expectations",
+        action="store_true",
+        help="write expectations/<exporter>.proposed.toml from this run's rows",
+    )
+    for kind in KINDS.values():
+        default = kind.default_timeout
+        group.addoption(
+            kind.timeout_option,
+            type=float,
+            default=default,
+            help=f"seconds {kind.timeout_what} may take (default {default:g})",
+        )
+    _add_case_source_options(group)
+    progress.pytest_addoption(parser)
+
+
+def _add_axis_options(group) -> None:
+    """The axes every case runs along, and which ops, samples, tier and shard a run takes."""
     group.addoption(
         "--opset",
         action="append",
@@ -133,19 +171,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tier", choices=("smoke", "default", "full"), default="default", help="model tier"
     )
     group.addoption("--shard", default=None, help="run shard i of N, as 'i/N' with 0 <= i < N")
-    group.addoption("--results", default="results", help="directory for result rows and repros")
-    group.addoption(
-        "--resume", action="store_true", help="skip cases that already have a result row"
-    )
-    group.addoption(
-        "--update-expectations",
-        action="store_true",
-        help="write expectations/<exporter>.proposed.toml from this run's rows",
-    )
-    for flag, default, what in TIMEOUT_OPTIONS:
-        group.addoption(
-            flag, type=float, default=default, help=f"seconds {what} may take (default {default:g})"
-        )
+
+
+def _add_case_source_options(group) -> None:
+    """Where cases and expectations come from, and how the model cases run."""
     # For the harness's own tests: planted faulty cases, another expectations directory, and
     # running cases in the pytest process (for debuggers) instead of the isolating child.
     group.addoption("--planted", action="append", help=argparse.SUPPRESS)
@@ -184,7 +213,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     # The option's older name (the harness's own tests used it before users could).
     group.addoption("--model-cases", dest="cases", action="append", help=argparse.SUPPRESS)
-    progress.pytest_addoption(parser)
 
 
 def _parse_options(config: pytest.Config) -> Options:
@@ -213,9 +241,12 @@ def _parse_options(config: pytest.Config) -> Options:
     for opset in opsets:
         if not 7 <= opset <= 30:
             raise pytest.UsageError(f"--opset {opset}: expected an ONNX opset between 7 and 30")
-    for flag, _, _ in TIMEOUT_OPTIONS:
-        if get(flag.lstrip("-").replace("-", "_")) <= 0:
-            raise pytest.UsageError(f"{flag} must be positive")
+    case_timeouts = {}
+    for kind in KINDS.values():
+        seconds = get(kind.timeout_option.lstrip("-").replace("-", "_"))
+        if seconds <= 0:
+            raise pytest.UsageError(f"{kind.timeout_option} must be positive")
+        case_timeouts[kind.name] = seconds
     try:
         planted = tuple(planted_cases.check_names(get("planted") or []))
     except ValueError as exc:
@@ -234,7 +265,7 @@ def _parse_options(config: pytest.Config) -> Options:
         results=Path(get("results")),
         resume=get("resume"),
         update_expectations=get("update_expectations"),
-        case_timeout=get("case_timeout"),
+        case_timeouts=case_timeouts,
         planted=planted,
         expectations_dir=Path(get("expectations_dir") or EXPECTATIONS_DIR),
         isolation=get("isolation"),
@@ -248,10 +279,14 @@ def get_options(config: pytest.Config) -> Options:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Parse the options once, check what can be checked up front, and register the hook
+    objects: the collector and the case runtime everywhere, the controller in the process that
+    controls the run (not in an xdist worker)."""
     options = _parse_options(config)
     config.stash[_OPTIONS_KEY] = options
     progress.register(config)
-    if "cuda" in options.providers and not _is_worker(config):
+    controller = not hasattr(config, "workerinput")
+    if "cuda" in options.providers and controller:
         from conformance.session import cuda_available
 
         if not cuda_available():
@@ -261,9 +296,9 @@ def pytest_configure(config: pytest.Config) -> None:
             )
     for exporter in options.exporters:
         # Parse every expectations file up front: a typo there is a usage error, not N failures.
-        for kind in ("op", "model"):
+        for kind in KINDS.values():
             try:
-                expectations_mod.load_expectations(expectations_file(options, kind, exporter))
+                expectations_mod.load_expectations(expectations_file(options, kind.name, exporter))
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
     runs.configure(config, options.results, options.resume)
@@ -273,6 +308,11 @@ def pytest_configure(config: pytest.Config) -> None:
         model_cases.use_extra_case_files(config.getoption("cases") or [], config.getoption("zoo"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # After runs.configure: it settles the xdist worker id the runtime's files are named by.
+    config.pluginmanager.register(Collector(options), "conformance-collector")
+    config.pluginmanager.register(CaseRuntime(options), "conformance-runtime")
+    if controller:
+        config.pluginmanager.register(Controller(options), "conformance-controller")
 
 
 def _parse_model_options(config: pytest.Config) -> ModelOptions:
@@ -281,184 +321,21 @@ def _parse_model_options(config: pytest.Config) -> ModelOptions:
     return ModelOptions(
         names=names,
         optimize=OPTIMIZE_CHOICES[get("optimize")],
-        case_timeout=get("model_case_timeout"),
         enabled=names is not None or not (get("ops") or get("planted")),
     )
 
 
 def expectations_file(options: Options, kind: str, exporter: str) -> Path:
     """The expectations file that judges one exporter's cases of ``kind`` (op or model)."""
-    prefix = "models-" if kind == "model" else ""
-    return options.expectations_dir / f"{prefix}{exporter}.toml"
+    return KINDS[kind].expectations_file(options.expectations_dir, exporter)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    o = get_options(config)
-    samples = "default" if o.samples == -1 else ("all" if o.samples is None else o.samples)
-    return [
-        f"conformance: exporters={','.join(o.exporters)} dtypes={','.join(o.dtypes)} "
-        f"shapes={','.join(o.shapes)} opsets={','.join(map(str, o.opsets))} "
-        f"providers={','.join(o.providers)} samples={samples} results={o.results}"
-        + (f" shard={o.shard[0]}/{o.shard[1]}" if o.shard else ""),
-        _models_header(config),
-    ]
-
-
-def _models_header(config: pytest.Config) -> str:
-    options = get_options(config).models
-    if not options.enabled:
-        return "conformance models: off (--ops without --models)"
-    flags = ",".join("opt" if flag else "noopt" for flag in options.optimize)
-    return (
-        f"conformance models: tier={get_options(config).tier} optimize={flags} "
-        f"case-timeout={options.case_timeout:g}s"
-        + (f" models={','.join(options.names)}" if options.names else "")
-    )
-
-
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
+def expectations_path(options: Options, case) -> Path:
+    return expectations_file(options, kind_of(case.id).name, case.exporter)
 
 
 def worker_id() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
-
-
-# --------------------------------------------------------------------------- collection
-
-
-def collect_op_cases(options: Options) -> list[OpCase]:
-    """Every op case the options select, in a stable order, sharded."""
-    from conformance import op_cases
-
-    if not options.ops_enabled:
-        return []  # the OpInfo database is not even imported
-    axes = [
-        (shapes, opset, provider, exporter)
-        for shapes in options.shapes
-        for opset in options.opsets
-        for provider in options.providers
-        for exporter in options.exporters
-    ]
-    cases = []
-    if options.planted:
-        for name in options.planted:
-            for shapes, opset, provider, exporter in axes:
-                cases.append(
-                    OpCase(planted_cases.PREFIX + name, 0, "f32", shapes, opset, provider, exporter)
-                )
-    else:
-        matched = 0
-        for dtype in options.dtypes:
-            ops = op_cases.load_manifest(options.cache_dir, dtype, options.ops)
-            matched += len(ops)
-            for op in ops:
-                if op.error:
-                    warnings.warn(
-                        f"conformance: {op.op} ({dtype}) has no samples: {op.error}", stacklevel=2
-                    )
-                    continue
-                limit = options.samples
-                if limit == -1:
-                    limit = (
-                        op_cases.DEFAULT_INPLACE_SAMPLES if op.inplace else op_cases.DEFAULT_SAMPLES
-                    )
-                by_index = {f["index"]: f for f in op.samples}
-                for index in op_cases.select_samples(op.samples, limit, inplace=op.inplace):
-                    for shapes, opset, provider, exporter in axes:
-                        cases.append(
-                            OpCase(
-                                op.op,
-                                index,
-                                dtype,
-                                shapes,
-                                opset,
-                                provider,
-                                exporter,
-                                sample_facts=by_index[index],
-                            )
-                        )
-        if options.ops and not matched:
-            raise pytest.UsageError(
-                f"--ops {' '.join(options.ops)}: no OpInfo supporting {', '.join(options.dtypes)} "
-                "has a matching name. Names look like 'abs', 'nn.functional.conv2d', "
-                "'div.trunc_rounding' (name.variant) or 'add_' (in-place); globs are fnmatch."
-            )
-    return [case for case in cases if in_shard(case.id, options.shard)]
-
-
-def collect_model_cases(config: pytest.Config) -> list[ModelCaseId]:
-    shared = get_options(config)
-    options = shared.models
-    if not options.enabled:
-        return []
-    try:
-        selected = model_cases.collect(
-            tier=shared.tier,
-            names=options.names,
-            dtypes=shared.dtypes,
-            shapes=shared.shapes,
-            opsets=shared.opsets,
-            providers=shared.providers,
-            exporters=shared.exporters,
-            optimize=options.optimize,
-            shard=shared.shard,
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if options.names and not selected and not shared.shard:
-        raise pytest.UsageError(
-            f"--models {' '.join(options.names)}: no model of tier {shared.tier!r} matches "
-            f"(dtypes {', '.join(shared.dtypes)}; models run in {', '.join(model_cases.MODEL_DTYPES)}). "
-            "List them with: python -m model_zoo list --tier full"
-        )
-    return [key for key, _ in selected]
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "op_case" in metafunc.fixturenames:
-        cases = collect_op_cases(get_options(metafunc.config))
-        metafunc.parametrize("op_case", cases, ids=[case.id for case in cases])
-    if "model_case" in metafunc.fixturenames:
-        keys = collect_model_cases(metafunc.config)
-        metafunc.parametrize("model_case", keys, ids=[key.id for key in keys])
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    options = get_options(config)
-    if options.resume:
-        from reports.rows import finished_ids
-
-        done = finished_ids([options.results])
-        keep, drop = [], []
-        for item in items:
-            (drop if case_id_of(item) in done else keep).append(item)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
-    slack = BACKSTOP_SLACK_S if options.isolation == "child" else 0
-    op_backstop = options.case_timeout + slack
-    model_backstop = options.models.case_timeout + slack
-    keep, drop = [], []
-    for item in items:
-        case_id = case_id_of(item) or ""
-        if case_id.startswith("op::"):
-            item.add_marker(pytest.mark.timeout(op_backstop))
-        elif is_model_id(case_id):
-            item.add_marker(pytest.mark.timeout(model_backstop))
-        elif getattr(item, "originalname", None) in ("test_model", "test_op"):
-            drop.append(item)  # the placeholder of an empty selection: not a real case
-            continue
-        keep.append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
-
-
-# --------------------------------------------------------------------------- running a case
 
 
 def versions() -> dict[str, str]:
@@ -471,13 +348,64 @@ def versions() -> dict[str, str]:
     return found
 
 
-class CaseRuntime:
-    """Per-worker state: the isolating children (one for op cases, a forking zygote for model
-    cases, each started when its first case runs), loaded expectations, the rows file."""
+# --------------------------------------------------------------------------- collection
+
+
+class Collector:
+    """Collection hooks: the cases of every kind as the parameters of their test functions,
+    ``--resume``, and the pytest-timeout backstop of each item."""
 
     def __init__(self, options: Options):
         self.options = options
-        self.worker = worker_id()
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        for kind in KINDS.values():
+            if kind.parameter in metafunc.fixturenames:
+                cases = kind.collect(self.options)
+                metafunc.parametrize(kind.parameter, cases, ids=[case.id for case in cases])
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        options = self.options
+        if options.resume:
+            from reports.rows import finished_ids
+
+            done = finished_ids([options.results])
+            keep, drop = [], []
+            for item in items:
+                (drop if case_id_of(item) in done else keep).append(item)
+            if drop:
+                config.hook.pytest_deselected(items=drop)
+                items[:] = keep
+        slack = BACKSTOP_SLACK_S if options.isolation == "child" else 0
+        placeholders = {kind.test_function for kind in KINDS.values()}
+        keep, drop = [], []
+        for item in items:
+            kind = find_kind(case_id_of(item))
+            if kind is not None:
+                item.add_marker(pytest.mark.timeout(options.case_timeouts[kind.name] + slack))
+            elif getattr(item, "originalname", None) in placeholders:
+                drop.append(item)  # the placeholder of an empty selection: not a real case
+                continue
+            keep.append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+class CaseRuntime:
+    """The cases of one worker (or of the only process): the isolating children (one per case
+    kind, each started when its first case runs), loaded expectations, the rows file; and
+    ``record``, the one path from an outcome to a judged row."""
+
+    def __init__(self, options: Options, worker: str | None = None):
+        self.options = options
+        self.worker = worker or worker_id()
         self.rows_path = runs.rows_path(options.results, self.worker)
         self.scratch = runs.scratch_dir(options.results, self.worker)
         self.inflight = runs.inflight_path(options.results, self.worker)
@@ -485,16 +413,20 @@ class CaseRuntime:
         self._children: dict[str, Any] = {}
         self._expectations: dict[Path, list] = {}
 
+    @pytest.fixture(scope="session")
+    def conformance_runtime(self):
+        """This runtime, for the test functions (``test_op``, ``test_model``)."""
+        yield self
+        self.close()
+
     def close(self) -> None:
         for child in self._children.values():
             child.close()
 
-    def child(self, kind: str):
-        if kind not in self._children:
-            from conformance.isolation import CaseChild, ForkingModelChild
-
-            self._children[kind] = ForkingModelChild() if kind == "model" else CaseChild()
-        return self._children[kind]
+    def child(self, kind: CaseKind):
+        if kind.name not in self._children:
+            self._children[kind.name] = kind.child()
+        return self._children[kind.name]
 
     def expectations(self, case) -> list:
         path = expectations_path(self.options, case)
@@ -503,13 +435,11 @@ class CaseRuntime:
         return self._expectations[path]
 
     def run(self, case, record_property) -> None:
-        """The one body of every case, op or model: skip by expectation, run it isolated (row
-        fields back whatever happens to the child), judge against the expectations, keep a
-        repro for a case that did not pass, append its row, and fail or pass the pytest item
-        accordingly."""
+        """The one body of every case, of every kind: skip by expectation, run it isolated (row
+        fields back whatever happens to the child), judge and record it, and fail or pass the
+        pytest item accordingly."""
         facts = case.facts()
-        entries = self.expectations(case)
-        skip = expectations_mod.skip_entry(entries, facts)
+        skip = expectations_mod.skip_entry(self.expectations(case), facts)
         if skip is not None:
             row = self._row(
                 case, {"status": "skip", "error": f"skipped by expectation: {skip.reason}"}
@@ -518,18 +448,24 @@ class CaseRuntime:
             self._finish(row, record_property)
             pytest.skip(f"expectation: {skip.reason}")
 
-        if planted_cases.planted_name(getattr(case, "op", "")) == "worker_crash":
+        if case.planted == "worker_crash":
             self._mark_inflight(case, Stage.EXPORT, facts)
             os.abort()
-        outcome = self._run(case, facts)
+        verdict, row = self.record(case, facts, self._run(case, facts), record_property)
+        self.inflight.unlink(missing_ok=True)
+        _conclude(verdict, row, self.options.results)
+
+    def record(self, case, facts, outcome: dict[str, Any], record_property=None, *, repro=True):
+        """Judge an outcome (row fields with its ``status``) against the expectations, keep a
+        repro for a case that did not pass (unless ``repro`` is False), append the row and give
+        JUnit its properties; returns the verdict and the row."""
+        outcome = dict(outcome)
         status = outcome.pop("status")
-        verdict = judge_outcome(entries, facts, status, outcome)
+        verdict = judge_outcome(self.expectations(case), facts, status, outcome)
         row = self._row(case, {**outcome, "status": verdict.status})
         if verdict.entry is not None:
             row.expectation = verdict.entry.reason
-        if row.status in ROW_STATUSES_WITH_REPRO:
-            from conformance.repro import keep_repro
-
+        if repro and row.status in ROW_STATUSES_WITH_REPRO:
             row.repro_dir = keep_repro(
                 self.scratch,
                 self.options.results,
@@ -539,20 +475,28 @@ class CaseRuntime:
                 error=row.error,
             )
         self._finish(row, record_property)
-        self.inflight.unlink(missing_ok=True)
-        _conclude(verdict, row, self.options.results)
+        return verdict, row
+
+    def record_crash(self, case):
+        """The row of a case whose whole worker (this runtime's) died running it: ``crash`` at
+        the stage its in-flight marker names. The worker's scratch folder is not kept: it may
+        hold an earlier case's files."""
+        stage, facts = self._take_inflight(case.id)
+        facts = facts or case.facts()
+        detail = f"xdist worker {self.worker} crashed while running the case (stage {stage})"
+        outcome = {**_abnormal("crash", stage, detail), "extra": case.row_extra(facts)}
+        verdict, _ = self.record(case, facts, outcome, repro=False)
+        return verdict
 
     def _run(self, case, facts: dict[str, Any]) -> dict[str, Any]:
         """The case's outcome as a dict of row fields, whatever happens to the child."""
-        kind = case.row_identity()["kind"]
-        timeout = self.options.models.case_timeout if kind == "model" else self.options.case_timeout
+        kind = kind_of(case.id)
+        timeout = self.options.case_timeouts[kind.name]
         self._mark_inflight(case, Stage.EXPORT, facts)
         shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
         announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
         try:
             if self.options.isolation == "none":
-                from conformance.runner import run_case
-
                 return run_case(case, self.scratch, announce=announce).to_dict()
             result = self.child(kind).run(case.id, self.scratch, timeout, on_stage=announce)
         except pytest.fail.Exception as exc:
@@ -577,8 +521,8 @@ class CaseRuntime:
 
     def _row(self, case, fields: dict[str, Any]):
         extra = dict(fields.pop("extra", None) or {})
-        if getattr(case, "sample_facts", None) is not None:
-            extra.setdefault("sample", case.sample_facts)
+        for name, value in case.row_extra().items():
+            extra.setdefault(name, value)
         extra["worker"] = self.worker
         return new_row(case.row_identity(), self.versions, extra, fields)
 
@@ -586,6 +530,8 @@ class CaseRuntime:
         from reports.rows import append_row
 
         append_row(self.rows_path, row)
+        if record_property is None:
+            return
         for field in dataclasses.fields(row):
             value = getattr(row, field.name)
             if field.name not in NOT_JUNIT_PROPERTIES and value is not None:
@@ -604,25 +550,20 @@ class CaseRuntime:
         except (OSError, ValueError, KeyError):
             return None
 
-
-def expectations_path(options: Options, case) -> Path:
-    return expectations_file(options, case.row_identity()["kind"], case.exporter)
-
-
-def judge_outcome(entries, facts: dict[str, Any], status: str, outcome: dict[str, Any]):
-    """The expectations' verdict on a case's outcome. A harness error (its signature starts
-    with ``HARNESS_ERROR``) judges no exporter: no entry covers it, it fails as what it is."""
-    signature = outcome.get("error_signature")
-    if str(signature or "").startswith(HARNESS_ERROR):
-        return expectations_mod.Verdict(
-            status, "fail", None, "conformance harness error (not the exporter's): fix the harness"
-        )
-    return expectations_mod.judge(entries, facts, status, outcome.get("stage"), signature)
+    def _take_inflight(self, case_id: str) -> tuple[str, dict[str, Any] | None]:
+        """The stage and facts the in-flight marker kept for ``case_id``; the marker goes."""
+        stage, facts = Stage.EXPORT.value, None
+        try:
+            data = json.loads(self.inflight.read_text())
+            if data.get("id") == case_id:
+                stage, facts = data.get("stage", Stage.EXPORT.value), data.get("facts")
+            self.inflight.unlink()
+        except (OSError, ValueError):
+            pass
+        return stage, facts
 
 
 def _abnormal(status: str, stage: str | None, detail: str) -> dict[str, Any]:
-    from conformance.runner import signature_of
-
     if stage not in expectations_mod.STAGES:
         stage = Stage.EXPORT.value  # before the export the case was still being built
     # The child announces Stage members; the row must hold the plain name, because xdist ships
@@ -656,73 +597,6 @@ def _conclude(verdict, row, results: Path) -> None:
     pytest.fail("\n".join(lines), pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def conformance_runtime(request: pytest.FixtureRequest):
-    runtime = CaseRuntime(get_options(request.config))
-    yield runtime
-    runtime.close()
-
-
-# --------------------------------------------------------------------------- controller side
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    config = session.config
-    if _is_worker(config):
-        return
-    from _pytest.junitxml import xml_key  # private: the only way to reach the controller's XML
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    options = get_options(config)
-    for name, version in versions().items():
-        xml.add_global_property(name, version)
-    xml.add_global_property("opsets", ",".join(map(str, options.opsets)))
-    xml.add_global_property("providers", ",".join(options.providers))
-    xml.add_global_property("exporters", ",".join(options.exporters))
-    if options.shard:
-        xml.add_global_property("shard", f"{options.shard[0]}/{options.shard[1]}")
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
-    """A whole xdist worker died running ``crashitem``: judge and append its ``crash`` row (ops
-    and models); the stage comes from the worker's in-flight marker."""
-    from reports.rows import append_row
-
-    try:
-        case = parse_case(_case_id_from_nodeid(crashitem) or "")
-    except ValueError:
-        return None
-    options = get_options(report.node.config)
-    worker = report.node.gateway.id
-    inflight = runs.inflight_path(options.results, worker)
-    stage, facts = Stage.EXPORT.value, None
-    try:
-        data = json.loads(inflight.read_text())
-        if data.get("id") == case.id:
-            stage, facts = data.get("stage", Stage.EXPORT.value), data.get("facts")
-        inflight.unlink()
-    except (OSError, ValueError):
-        pass
-    facts = facts or case.facts()
-    detail = f"xdist worker {worker} crashed while running the case (stage {stage})"
-    outcome = _abnormal("crash", stage, detail)
-    entries = expectations_mod.load_expectations(expectations_path(options, case))
-    verdict = expectations_mod.judge(entries, facts, "crash", stage, outcome["error_signature"])
-    extra = {"sample": facts} if isinstance(case, OpCase) else {}
-    row = new_row(case.row_identity(), versions(), {**extra, "worker": worker})
-    row.status, row.stage, row.error = verdict.status, outcome["stage"], detail
-    row.error_signature = outcome["error_signature"]
-    row.expectation = verdict.entry.reason if verdict.entry else None
-    append_row(runs.rows_path(options.results, worker), row)
-    if verdict.item == "xfail":
-        report.outcome = "skipped"
-        report.wasxfail = verdict.message
-    return None
-
-
 def new_row(identity: dict[str, Any], versions: dict[str, str], extra, fields=None):
     """A result row for a case (op or model): its identity fields, then the outcome ``fields``
     the row format knows (others are dropped)."""
@@ -742,41 +616,98 @@ def _case_id_from_nodeid(nodeid: str) -> str | None:
     return nodeid[nodeid.index("[") + 1 : -1]
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    if _is_worker(config):
-        return
-    options = get_options(config)
-    if options.update_expectations:
-        _write_proposals(config, options)
+# --------------------------------------------------------------------------- controller side
 
 
-def _write_proposals(config: pytest.Config, options: Options) -> None:
-    """``--update-expectations``: beside each expectations file that judged this run's cases, a
-    ``.proposed.toml`` judged from the rows of those cases."""
-    from reports.rows import read_rows
+class Controller:
+    """The process that controls the run (xdist's controller, or the only process): the report
+    header, JUnit global properties, the rows of cases whose worker died, and
+    ``--update-expectations`` proposals."""
 
-    cases: list = collect_op_cases(options)
-    if get_options(config).models.enabled:
-        cases += collect_model_cases(config)
-    ids_by_path: dict[Path, set[str]] = {}
-    for exporter in options.exporters:
-        # Every exporter's op file gets a proposal, even where the run had no op case for it.
-        ids_by_path[expectations_file(options, "op", exporter)] = set()
-    for case in cases:
-        ids_by_path.setdefault(expectations_path(options, case), set()).add(case.id)
-    rows = read_rows([options.results])
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for path, ids in ids_by_path.items():
-        entries = expectations_mod.load_expectations(path)
-        proposal = expectations_mod.propose(entries, (r for r in rows if r.id in ids))
-        target = expectations_mod.proposed_path(path)
-        expectations_mod.write_expectations(target, proposal.entries)
-        message = (
-            f"conformance: {target}: {len(proposal.dropped)} stale entries dropped, "
-            f"{len(proposal.added)} new failures added, {len(proposal.entries)} entries"
+    def __init__(self, options: Options):
+        self.options = options
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        o = self.options
+        samples = "default" if o.samples == -1 else ("all" if o.samples is None else o.samples)
+        return [
+            f"conformance: exporters={','.join(o.exporters)} dtypes={','.join(o.dtypes)} "
+            f"shapes={','.join(o.shapes)} opsets={','.join(map(str, o.opsets))} "
+            f"providers={','.join(o.providers)} samples={samples} results={o.results}"
+            + (f" shard={o.shard[0]}/{o.shard[1]}" if o.shard else ""),
+            self._models_header(),
+        ]
+
+    def _models_header(self) -> str:
+        options = self.options.models
+        if not options.enabled:
+            return "conformance models: off (--ops without --models)"
+        flags = ",".join("opt" if flag else "noopt" for flag in options.optimize)
+        return (
+            f"conformance models: tier={self.options.tier} optimize={flags} "
+            f"case-timeout={self.options.case_timeouts['model']:g}s"
+            + (f" models={','.join(options.names)}" if options.names else "")
         )
-        if reporter is not None:
-            reporter.write_line(message)
-        else:
-            print(message, file=sys.stderr)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from _pytest.junitxml import xml_key  # private: the only way to reach the controller's XML
+
+        xml = session.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        options = self.options
+        for name, version in versions().items():
+            xml.add_global_property(name, version)
+        xml.add_global_property("opsets", ",".join(map(str, options.opsets)))
+        xml.add_global_property("providers", ",".join(options.providers))
+        xml.add_global_property("exporters", ",".join(options.exporters))
+        if options.shard:
+            xml.add_global_property("shard", f"{options.shard[0]}/{options.shard[1]}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
+        """A whole xdist worker died running ``crashitem``: its ``crash`` row, judged and
+        written by a runtime of that worker (ops and models)."""
+        try:
+            case = parse_case(_case_id_from_nodeid(crashitem) or "")
+        except ValueError:
+            return None
+        verdict = CaseRuntime(self.options, worker=report.node.gateway.id).record_crash(case)
+        if verdict.item == "xfail":
+            report.outcome = "skipped"
+            report.wasxfail = verdict.message
+        return None
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.options.update_expectations:
+            self._write_proposals(session.config)
+
+    def _write_proposals(self, config: pytest.Config) -> None:
+        """``--update-expectations``: beside each expectations file that judged this run's
+        cases, a ``.proposed.toml`` judged from the rows of those cases."""
+        from reports.rows import read_rows
+
+        options = self.options
+        cases = [case for kind in KINDS.values() for case in kind.collect(options)]
+        ids_by_path: dict[Path, set[str]] = {}
+        for kind in KINDS.values():
+            if kind.proposes_always:  # even where the run had no case of the kind for it
+                for exporter in options.exporters:
+                    ids_by_path[expectations_file(options, kind.name, exporter)] = set()
+        for case in cases:
+            ids_by_path.setdefault(expectations_path(options, case), set()).add(case.id)
+        rows = read_rows([options.results])
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        for path, ids in ids_by_path.items():
+            entries = expectations_mod.load_expectations(path)
+            proposal = expectations_mod.propose(entries, (r for r in rows if r.id in ids))
+            target = expectations_mod.proposed_path(path)
+            expectations_mod.write_expectations(target, proposal.entries)
+            message = (
+                f"conformance: {target}: {len(proposal.dropped)} stale entries dropped, "
+                f"{len(proposal.added)} new failures added, {len(proposal.entries)} entries"
+            )
+            if reporter is not None:
+                reporter.write_line(message)
+            else:
+                print(message, file=sys.stderr)

@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance.case import sanitise_id
+from conformance import expectations
+from conformance.case import kind_of, row_facts, sanitise_id
+from conformance.errors import signature_of
+from conformance.expectations import EXPECTATIONS_DIR
 from exporter.diagnostics.repro import install_scripts, save_arrays
 
 REPROS_DIR = "repros"
@@ -80,23 +83,15 @@ def judge_replay(
 
     The sample's facts (what ``match`` tables look at) come from the outcome, else from the
     case's row in ``results_dir``, else only the id's fields are matched."""
-    from types import SimpleNamespace
-
-    from conformance import expectations
-    from conformance.case import row_facts
-    from conformance.plugin import EXPECTATIONS_DIR, expectations_file, judge_outcome
-    from conformance.runner import signature_of
-
-    sample = (outcome.get("extra") or {}).get("sample") or getattr(case, "sample_facts", None)
+    sample = (outcome.get("extra") or {}).get("sample") or case.row_extra().get("sample")
     if sample is None and results_dir is not None and Path(results_dir).is_dir():
         from reports.rows import read_rows
 
         rows = [row for row in read_rows([results_dir]) if row.id == case.id]
         sample = rows[-1].extra.get("sample") if rows else None
-    kind = "model" if case.id.startswith("model::") else "op"
-    options = SimpleNamespace(expectations_dir=Path(expectations_dir or EXPECTATIONS_DIR))
-    entries = expectations.load_expectations(expectations_file(options, kind, case.exporter))
-    facts = row_facts(case.id, sample) if kind == "op" else case.facts()
+    path = kind_of(case.id).expectations_file(expectations_dir or EXPECTATIONS_DIR, case.exporter)
+    entries = expectations.load_expectations(path)
+    facts = row_facts(case.id, sample)
     if outcome.get("error") and not outcome.get("error_signature"):
         outcome = {**outcome, "error_signature": signature_of(outcome["error"])}
-    return judge_outcome(entries, facts, outcome["status"], outcome)
+    return expectations.judge_outcome(entries, facts, outcome["status"], outcome)

@@ -13,19 +13,15 @@ proves nothing.
 from __future__ import annotations
 
 import dataclasses
-import gc
-import re
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conformance.case import Case, CaseSetupError, Prepared, Skip, StageFailed
+from conformance.errors import error_text, root_cause, signature_of
 from exporter.stages import Stage
 from reports.rows import CaseResult
-
-MAX_ERROR_CHARS = 4000
 
 
 class CaseOutcome(CaseResult):
@@ -34,54 +30,6 @@ class CaseOutcome(CaseResult):
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def root_cause(error: BaseException) -> BaseException:
-    """The innermost explicitly chained cause (``raise ... from``). Exporters wrap the real
-    error in a generic per-stage message; the cause is what tells failures apart, and it reads
-    the same whichever exporter wrapped it."""
-    seen = {id(error)}
-    while error.__cause__ is not None and id(error.__cause__) not in seen:
-        error = error.__cause__
-        seen.add(id(error))
-    return error
-
-
-def signature_of(error: BaseException | str) -> str:
-    """A normalised error signature: ``reports.normalise_error`` of the root cause, or for an
-    unsupported-op error, of the ops it lists (its message starts with a count only)."""
-    from reports import normalise_error
-
-    if isinstance(error, BaseException):
-        unsupported = getattr(error, "unsupported", None)
-        if unsupported and isinstance(unsupported, list):
-            targets = sorted(
-                {str(u.get("target", u)) if isinstance(u, dict) else str(u) for u in unsupported}
-            )
-            return f"{type(error).__name__}: no translation for {', '.join(targets)}"[:200]
-        error = root_cause(error)
-        return _ANSI.sub(
-            "", normalise_error(f"{type(error).__name__}: {_ANSI.sub('', str(error))}")
-        )
-    return normalise_error(_ANSI.sub("", error))
-
-
-def error_text(error: BaseException | str) -> str:
-    """The error as recorded in a row: the root cause, then the exception that wrapped it."""
-    if isinstance(error, BaseException):
-        text = "".join(traceback.format_exception_only(type(error), error)).strip()
-        cause = root_cause(error)
-        if cause is not error:
-            cause_text = "".join(traceback.format_exception_only(type(cause), cause)).strip()
-            # The cause first: a long wrapper message must not truncate it away.
-            text = f"{cause_text}\n[raised as] {text}"
-    else:
-        text = str(error)
-    text = _ANSI.sub("", text)
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
 def _record_failure(outcome: CaseOutcome, failure: StageFailed) -> None:
@@ -121,38 +69,6 @@ def run_case(
         prepared.conclude(outcome)
     outcome.extra["cpu_s"] = round(time.process_time() - cpu_started, 4)
     return outcome
-
-
-def run_op_case(
-    case,
-    scratch: Path,
-    *,
-    announce: Callable[[str], None] = lambda stage: None,
-    tolerances_path: str | None = None,
-) -> CaseOutcome:
-    """``run_case`` for an op case, optionally under another comparison policy file."""
-    if tolerances_path is not None:
-        case = case.replace(tolerances_path=tolerances_path)
-    return run_case(case, scratch, announce=announce)
-
-
-def run_model_case(
-    case_id: str,
-    scratch: Path,
-    *,
-    announce: Callable[[str], None] = lambda stage: None,
-    release_memory: bool = True,
-) -> CaseOutcome:
-    """``run_case`` for a model case id. ``release_memory=False`` skips dropping torch's caches
-    afterwards, for a process that exits after the case anyway."""
-    from conformance.model_cases import parse_model_id
-
-    _quiet_torch_logs()
-    try:
-        return run_case(parse_model_id(case_id), scratch, announce=announce)
-    finally:
-        if release_memory:
-            _release_memory()
 
 
 def _run(prepared: Prepared, scratch: Path, announce, outcome: CaseOutcome) -> None:
@@ -272,24 +188,3 @@ def _record_measures(outcome: CaseOutcome, result) -> None:
     scale = max_or_none(outcome.extra.get("max_rel_scale"), result.max_rel_scale)
     if scale is not None:
         outcome.extra["max_rel_scale"] = scale
-
-
-def _quiet_torch_logs() -> None:
-    """torch.export logs every failed guard at ERROR level with a long stack; the row already
-    records the error, and the log would flood the terminal of a run over many models."""
-    import logging
-
-    import torch
-
-    torch._logging.set_logs(all=logging.CRITICAL)
-
-
-def _release_memory() -> None:
-    """Models are big and the child is reused: drop compiled-graph caches between cases."""
-    try:
-        import torch
-
-        torch._dynamo.reset()
-    except Exception:  # noqa: BLE001, S110 - best effort
-        pass
-    gc.collect()

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.case import find_kind
 from reports.rows import (
     RUNS_DIR,
     read_manifests,
@@ -294,6 +295,6 @@ def case_id_of(item: pytest.Item) -> str | None:
         return None
     for value in callspec.params.values():
         case_id = getattr(value, "id", None)
-        if isinstance(case_id, str) and case_id.startswith(("op::", "model::")):
+        if find_kind(case_id) is not None:
             return case_id
     return None

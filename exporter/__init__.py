@@ -9,6 +9,11 @@ Drop-in for ``torch.onnx.export(model, args, kwargs=..., dynamo=True)``::
 
 import importlib
 
+#: The opset ``export`` targets when none is given. Defined here, not in ``ops/_opsets.py``
+#: (which reads it from here), so that light readers such as the conformance plugin get it
+#: without importing the op library.
+DEFAULT_OPSET = 20
+
 # The public names load on first use, so that the exporter's plain-data modules (the stage
 # vocabulary, the comparison rule) can be imported without torch and the op library: the
 # conformance controller and the report builder read them and must stay light.

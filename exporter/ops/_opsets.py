@@ -6,12 +6,13 @@ opset story of the whole op library reads from this table.
 
 from __future__ import annotations
 
+from exporter import DEFAULT_OPSET  # noqa: F401 - the op library's default opset, kept light
+
 #: The oldest opset the op library translates to; ``export`` reaches older ones with ONNX's
 #: version converter (``exporter/_opset_convert.py``).
 MIN_OPSET = 17
 #: The newest opset onnxruntime 1.31 runs.
 MAX_OPSET = 26
-DEFAULT_OPSET = 20
 
 #: ONNX operator (or behaviour) -> first default-domain opset that has it.
 INTRODUCED_IN: dict[str, int] = {
