@@ -72,8 +72,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> set[str]:
-    """The conformance modules an import statement names (relative imports resolved)."""
+def _imported(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]
+) -> set[str]:
+    """The conformance modules an import statement loads (relative imports resolved): for
+    ``from package import name``, the submodule when ``name`` is one, else the package."""
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     else:
@@ -83,8 +86,11 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
             anchor = anchor if is_package else anchor[:-1]
             anchor = anchor[: len(anchor) - (node.level - 1)]
             base = ".".join([*anchor, base] if base else anchor)
-        names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-    return {name for name in names if name.split(".")[0] == "conformance"}
+        names = [
+            f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+            for alias in node.names
+        ]
+    return {name for name in names if name in known}
 
 
 def _import_graph():
@@ -104,7 +110,7 @@ def _import_graph():
         top, inner = set(), []
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = _imported(node, module, path.name == "__init__.py") & known
+                names = _imported(node, module, path.name == "__init__.py", known)
                 if id(node) in inner_nodes:
                     inner.extend((node.lineno, name) for name in names)
                 else:
