@@ -509,7 +509,12 @@ def _prepare(case: OpCase, outcome) -> Prepared:
             module, inputs, expected, case.seed, outcome
         )
     rule_data, reference, reference2 = _low_precision_reference(
-        case, tolerance, distribution or shape_only, module, (inputs, inputs2), outcome
+        case,
+        tolerance,
+        distribution or shape_only or bool(sign_invariant),
+        module,
+        (inputs, inputs2),
+        outcome,
     )
 
     input_names = exporters.input_names_for(inputs)
@@ -750,8 +755,9 @@ def _low_precision_reference(case: OpCase, tolerance, skip: bool, module, input_
     """A float16 case's higher-precision reference: eager on the same inputs' values upcast
     (``[float16]`` of the policy file: its rule and reference dtype), one per input set, each
     a list with one array per output (None where that output has no wider float), or None
-    where the reference run is rejected. ``(None, None, None)`` for other cases, random and
-    shape-only ones, and where a per-op override sets the tolerance instead."""
+    where the reference run is rejected. ``(None, None, None)`` for other cases, random,
+    shape-only and sign-invariant ones (the reference's vectors may take other signs), and
+    where a per-op override sets the tolerance instead."""
     from exporter.diagnostics.compare import load_reference_rule
 
     if case.dtype not in LOW_PRECISION or skip or not tolerance.source.startswith("dtype "):
