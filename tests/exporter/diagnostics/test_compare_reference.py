@@ -81,7 +81,7 @@ def test_exact_zeros_get_the_floor_only():
 
 
 def test_structure_is_judged_against_eager():
-    reference = np.array([1.0, np.inf, 3.0])
+    reference = np.array([1.0, np.inf, np.nan])
     eager = np.array([1.0, np.inf, np.nan], np.float16)
     assert compare_to_reference(eager, eager.copy(), reference).ok
     found = compare_to_reference(eager, np.array([1.0, np.inf, 3.0], np.float16), reference)
@@ -129,3 +129,26 @@ def test_the_rule_is_read_from_the_tolerance_table(tmp_path):
     bad.write_text('[float16]\nmultiple = "many"\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"\[float16\]"):
         load_reference_rule(bad)
+
+
+def test_where_eager_overflowed_inside_the_reference_judges_alone():
+    # matrix_exp in float16: eager's intermediate powers overflow to NaN while the true result
+    # (the float64 reference) is finite and representable in float16.
+    reference = np.array([2454.48, -22966.99, 1.5, np.inf])
+    eager = np.array([np.nan, np.nan, 1.5, np.inf], np.float16)
+    right = reference.astype(np.float16)
+    found = compare_to_reference(eager, right, reference)
+    assert found.ok and "2 element(s) where eager overflowed" in found.message
+    assert compare_to_reference(eager, eager.copy(), reference).ok  # overflowing like eager
+    wrong = np.array([2454.48 * 1.01, -22966.99, 1.5, np.inf], np.float16)
+    assert not compare_to_reference(eager, wrong, reference).ok
+    # A true overflow (the reference is infinite too) still needs eager's infinity.
+    assert not compare_to_reference(eager, np.array([*right[:3], 1.0], np.float16), reference).ok
+
+
+def test_where_eager_lost_a_true_overflow_to_nan_ours_may_keep_the_infinity():
+    reference = np.array([1e6, -1e6, 2.0])
+    eager = np.array([np.nan, np.nan, 2.0], np.float16)
+    assert compare_to_reference(eager, np.array([np.inf, -np.inf, 2.0], np.float16), reference).ok
+    found = compare_to_reference(eager, np.array([np.inf, np.inf, 2.0], np.float16), reference)
+    assert not found.ok and "infinities differ" in found.message
