@@ -448,6 +448,10 @@ class ModelPrepared(Prepared):
     #: The case's row while it runs: the export records the capture patches it applied.
     outcome: Any
     second_what: str = "second inputs"
+    #: float16 cases: the upcast eager outputs at each shape and the rule judging against them
+    #: (``_low_precision_reference``); None otherwise.
+    references: Any = (None, None)
+    reference_rule: Any = None
 
     def export(self, path: Path) -> str:
         from conformance import flat_io
@@ -507,6 +511,8 @@ class ModelPrepared(Prepared):
             atol=self.atol,
             rule=SCALE,
             declared_shapes=session.output_shapes,
+            references=self.references[0 if expected is self.expected else 1],
+            reference_rule=self.reference_rule,
         )
 
     def after_compare(self, session, outcome) -> None:
@@ -542,7 +548,9 @@ def _prepare(key: ModelCaseId, outcome) -> ModelPrepared:
     expected = _eager(module, args, kwargs, "the example inputs")
     expected2 = _eager(module, *second, "the second inputs") if second is not None else None
     outcome.extra["build_s"] = round(time.perf_counter() - started, 4)
-    rtol, atol = _tolerance(key, case, outcome, module, (args, kwargs, expected), second, expected2)
+    rtol, atol, reference_rule, references = _tolerance(
+        key, case, outcome, module, (args, kwargs, expected), second, expected2
+    )
     outcome.rtol, outcome.atol = rtol, atol
     _note_vacuity(outcome, expected, expected2)
 
@@ -580,6 +588,8 @@ def _prepare(key: ModelCaseId, outcome) -> ModelPrepared:
         rtol=rtol,
         atol=atol,
         outcome=outcome,
+        references=references,
+        reference_rule=reference_rule,
     )
 
 
@@ -610,9 +620,10 @@ def _build(key: ModelCaseId, case, outcome) -> tuple[Any, tuple, dict, Any]:
     return module, args, kwargs, second
 
 
-def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple[float, float]:
-    """``(rtol, atol)``: the case's own or the default model tolerance, with rtol raised to
-    ``NOISE_FACTOR`` x eager's own rounding noise (capped). ``first`` is ``(args, kwargs,
+def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple:
+    """``(rtol, atol, reference_rule, references)``: the case's own or the default model
+    tolerance, with rtol raised to ``NOISE_FACTOR`` x eager's own rounding noise (capped), and
+    for a float16 case the rule judging it against the upcast run (``_low_precision_reference``). ``first`` is ``(args, kwargs,
     eager outputs)``; what decided it goes to ``outcome.extra["tolerance_source"]``."""
     from exporter.diagnostics.compare import default_tolerance, max_or_none
 
@@ -625,9 +636,11 @@ def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple[fl
     else:
         rtol, atol = default_tolerance("model", key.dtype)
         outcome.extra["tolerance_source"] = "default"
+    exact = _upcast_run(module, args, kwargs)
+    exact2 = _upcast_run(module, *second) if second is not None else None
     noise = max_or_none(
-        _eager_noise(module, args, kwargs, expected),
-        _eager_noise(module, *second, expected2) if second is not None else None,
+        _eager_noise(expected, exact),
+        _eager_noise(expected2, exact2) if second is not None else None,
     )
     if noise is not None:
         outcome.extra["eager_noise"] = noise
@@ -638,7 +651,10 @@ def _tolerance(key, case, outcome, module, first, second, expected2) -> tuple[fl
                 f"; rtol raised to {NOISE_FACTOR:g} x the model's own float rounding noise "
                 f"(eager vs float64 error/scale {noise:.2g})"
             )
-    return rtol, atol
+    reference_rule, references = _low_precision_reference(
+        key, override, expected, (exact, exact2), outcome
+    )
+    return rtol, atol, reference_rule, references
 
 
 def _note_vacuity(outcome, expected, expected2) -> None:
@@ -718,22 +734,61 @@ def _eager(module, args: tuple, kwargs: dict, what: str) -> Any:
         raise StageFailed(Stage.EXPORT, _setup_error(f"running eager at {what}", exc)) from exc
 
 
-def _eager_noise(module, args: tuple, kwargs: dict, expected: Any) -> float | None:
-    """Eager's own rounding error: max over float outputs of ``max |y - y64| / max |y64|``
-    against a float64 run; None when the float64 run fails or gives other shapes."""
+def _upcast_run(module, args: tuple, kwargs: dict) -> Any:
+    """Eager's outputs with the module and the float inputs upcast to float64 (the same
+    values); None when the model cannot run in float64."""
     import torch
 
-    from conformance.flat_io import cast_floats, clone_tree, flat_outputs
-    from model_zoo.vacuity import output_scale
+    from conformance.flat_io import cast_floats, clone_tree
 
     torch.manual_seed(0)
     try:
         with torch.no_grad():
-            exact = copy.deepcopy(module).double()(
+            return copy.deepcopy(module).double()(
                 *cast_floats(clone_tree(args), torch.float64),
                 **cast_floats(clone_tree(kwargs), torch.float64),
             )
     except Exception:  # noqa: BLE001 - some models cannot run in float64; no floor then
+        return None
+
+
+def _low_precision_reference(key, override, expected, exact_runs, outcome):
+    """A float16 case without a per-model override is judged against the float64 run
+    (``[float16]`` of conformance/tolerances.toml): the rule, and per input set the reference
+    arrays (None for an output that does not line up with eager's, all None when the float64
+    run failed)."""
+    from conformance.flat_io import flat_outputs, to_numpy
+    from conformance.op_cases import LOW_PRECISION, OP_TOLERANCES_PATH
+    from exporter.diagnostics.compare import load_reference_rule
+
+    if key.dtype not in LOW_PRECISION or override is not None:
+        return None, (None, None)
+    rule = load_reference_rule(OP_TOLERANCES_PATH)
+    references = []
+    for exact in exact_runs:
+        flat = flat_outputs(exact) if exact is not None else None
+        if flat is not None and len(flat) == len(flat_outputs(expected)):
+            references.append([to_numpy(t) if t.is_floating_point() else None for t in flat])
+        else:
+            references.append(None)
+    if references[0] is not None:
+        outcome.extra["tolerance_source"] = (
+            f"float16 against a float64 reference, within {rule.multiple:g} x eager "
+            f"float16's own error ([float16] in conformance/tolerances.toml)"
+        )
+    return rule, tuple(references)
+
+
+def _eager_noise(expected: Any, exact: Any) -> float | None:
+    """Eager's own rounding error: max over float outputs of ``max |y - y64| / max |y64|``
+    against the float64 run ``exact`` (``_upcast_run``); None when that run failed or gives
+    other shapes."""
+    import torch
+
+    from conformance.flat_io import flat_outputs
+    from model_zoo.vacuity import output_scale
+
+    if exact is None:
         return None
     ours, reference = flat_outputs(expected), flat_outputs(exact)
     if len(ours) != len(reference):

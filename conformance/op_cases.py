@@ -589,6 +589,10 @@ class OpPrepared(Prepared):
     #: Random outputs: judged by distribution over several draws of eager and of the model.
     distribution: bool
     planted: str | None
+    #: float16 cases: the upcast eager outputs at each shape and the rule judging against them
+    #: (``_low_precision_reference``); None otherwise.
+    references: tuple = (None, None)
+    reference_rule: Any = None
 
     def export(self, path: Path):
         from conformance.modules import clone_tensors
@@ -632,6 +636,8 @@ class OpPrepared(Prepared):
             atol=self.tolerance.atol,
             shape_only=self.shape_only,
             sign_invariant=self.sign_invariant,
+            references=self.references[0 if expected is self.expected else 1],
+            reference_rule=self.reference_rule,
         )
 
     def before_run(self, session, feeds) -> None:
@@ -674,6 +680,14 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
         inputs2, expected2, grown, note = second_shape_inputs(
             module, inputs, expected, case.seed, outcome
         )
+    rule_data, reference, reference2 = _low_precision_reference(
+        case,
+        tolerance,
+        distribution or shape_only or bool(sign_invariant),
+        module,
+        (inputs, inputs2),
+        outcome,
+    )
 
     input_names = exporters.input_names_for(inputs)
     feeds2 = expected2_np = None
@@ -714,6 +728,8 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
         sign_invariant=sign_invariant,
         distribution=distribution,
         planted=planted,
+        references=(reference, reference2),
+        reference_rule=rule_data,
     )
 
 
@@ -858,6 +874,50 @@ def _eager(module, inputs: tuple, seed: int, what: str) -> tuple:
             if str(exc)
             else f"eager rejects {what}: {type(exc).__name__}"
         ) from exc
+
+
+#: The case dtypes judged against a higher-precision reference (``[float16]`` in the policy).
+LOW_PRECISION = {"f16": "float16"}
+
+
+def _low_precision_reference(case: OpCase, tolerance, skip: bool, module, input_sets, outcome):
+    """A float16 case's higher-precision reference: eager on the same inputs' values upcast
+    (``[float16]`` of the policy file: its rule and reference dtype), one per input set, each
+    a list with one array per output (None where that output has no wider float), or None
+    where the reference run is rejected. ``(None, None, None)`` for other cases, random,
+    shape-only and sign-invariant ones (the reference's vectors may take other signs), and
+    where a per-op override sets the tolerance instead."""
+    from exporter.diagnostics.compare import load_reference_rule
+
+    if case.dtype not in LOW_PRECISION or skip or not tolerance.source.startswith("dtype "):
+        return None, None, None
+    rule = load_reference_rule(case.tolerances_path or OP_TOLERANCES_PATH)
+    outcome.extra["tolerance_source"] = (
+        f"{tolerance.source}: judged against a {rule.reference} reference, within "
+        f"{rule.multiple:g} x eager float16's own error + {rule.floor:g} ([float16])"
+    )
+    references = [
+        None if inputs is None else _upcast_outputs(module, inputs, case.seed, rule.reference)
+        for inputs in input_sets
+    ]
+    return rule, *references
+
+
+def _upcast_outputs(module, inputs: tuple, seed: int, dtype_name: str) -> list | None:
+    """Eager's outputs on ``inputs`` with their float16 tensors upcast to ``dtype_name`` (the
+    same values), as numpy; an output that does not come out wider than float16 is None. None
+    when eager rejects the upcast inputs."""
+    import torch
+
+    from conformance.flat_io import to_numpy
+
+    wide = getattr(torch, dtype_name)
+    upcast = tuple(t.to(wide) if t.dtype == torch.float16 else t for t in inputs)
+    try:
+        outputs = _eager(module, upcast, seed, "the upcast sample")
+    except Skip:
+        return None
+    return [to_numpy(t) if t.dtype in (torch.float32, torch.float64) else None for t in outputs]
 
 
 def _export(case: OpCase, module, inputs: tuple, dynamic: bool, planted: str | None):

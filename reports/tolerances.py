@@ -43,7 +43,12 @@ def tolerance_rows() -> list[tuple[str, str, str, str, str, str]]:
     """One row per bound, in COLUMNS order, read from where each is defined."""
     import tomllib
 
-    from exporter.diagnostics.compare import FALLBACK_TOLERANCE, TOLERANCES, load_policy
+    from exporter.diagnostics.compare import (
+        FALLBACK_TOLERANCE,
+        TOLERANCES,
+        load_policy,
+        load_reference_rule,
+    )
 
     policy = load_policy(OP_POLICY)
     rows = []
@@ -67,6 +72,15 @@ def tolerance_rows() -> list[tuple[str, str, str, str, str, str]]:
             float(entry["atol"]),
             "conformance/tolerances.toml override",
         )
+    rule = load_reference_rule(OP_POLICY)
+    add(
+        f"op and model cases: float16 against {rule.reference}",
+        "reference",
+        "f16",
+        rule.multiple,
+        rule.floor,
+        "conformance/tolerances.toml [float16]",
+    )
     for dtype, (rtol, atol) in TOLERANCES["model"].items():
         add("model cases", "scale", dtype, rtol, atol, compare)
     overrides = tomllib.loads(MODEL_OVERRIDES.read_text(encoding="utf-8")).get("cases", {})
@@ -87,6 +101,14 @@ def tolerance_rules() -> list[str]:
         "element: every element satisfies |actual - expected| <= atol + rtol * |expected|.",
         "scale (whole models): max |actual - expected| <= atol + rtol * scale, scale the "
         "output's largest finite |expected|.",
+        "reference (float16 cases, op and model, unless an override names the op or model): "
+        "eager runs again on the same inputs' values upcast to float64, and per element "
+        "|ours - ref| <= rtol x max(|eager16 - ref|, one float16 step at |ref|) + atol (model "
+        "cases: the output's maxima, the step taken at its scale); the rtol column is that "
+        "multiple, atol the floor for exact zeros. Shapes, NaNs, infinities and integers are "
+        "judged against eager float16 as above, except where eager overflowed inside the op "
+        "(NaN or inf where the reference rounds to another value): there ours is judged by "
+        "the reference alone.",
         "Integer and bool outputs compare exactly, NaNs must sit at the same positions and "
         "infinities match in position and sign, whatever the numbers above.",
         f"Eager noise (model cases): rtol is raised to {_number(NOISE_FACTOR)} x the model's "

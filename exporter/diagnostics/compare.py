@@ -306,13 +306,17 @@ def compare_outputs(
     shape_only: bool = False,
     sign_invariant: Sequence[Sequence] = (),
     declared_shapes: Sequence[Sequence[int | str | None] | None] | None = None,
+    references: Sequence[Any] | None = None,
+    reference_rule: ReferenceRule | None = None,
 ) -> Comparison:
     """Outputs pairwise: count, shapes, dtypes, then values by ``compare_arrays``.
 
     ``tolerances`` optionally gives (rtol, atol) per output. ``sign_invariant`` aligns eigen and
     singular vectors first (``align_vector_signs``). ``declared_shapes`` are the ONNX model's
     declared output shapes: a dimension declared fixed that comes out at another size means the
-    export specialised it (onnxruntime only warns).
+    export specialised it (onnxruntime only warns). ``references`` (higher-precision outputs,
+    one per output or None) judge float outputs by ``compare_to_reference`` under
+    ``reference_rule`` instead of the tolerance.
     """
     if len(expected) != len(actual):
         return Comparison(
@@ -345,7 +349,7 @@ def compare_outputs(
             result.add_detail(True, f"output {index}: {want.dtype}{list(want.shape)}, shape ok")
             continue
         r, a = tolerances[index] if tolerances and index < len(tolerances) else (rtol, atol)
-        one = compare_arrays(want, got, rtol=r, atol=a, rule=rule)
+        one = _judge_output(want, got, references, index, reference_rule, rule, r, a)
         result.outputs.append(one)
         result.add_detail(one.ok and not contradicted, f"output {index}: {one.message}")
         result.max_abs = max_or_none(result.max_abs, one.max_abs)
@@ -356,6 +360,16 @@ def compare_outputs(
             problems.append(f"output {index}: {one.message}")
     result.fail_with(problems)
     return result
+
+
+def _judge_output(want, got, references, index, reference_rule, rule, rtol, atol):
+    reference = references[index] if references is not None and index < len(references) else None
+    if reference is None or np.shape(reference) != want.shape or want.dtype.kind != "f":
+        return compare_arrays(want, got, rtol=rtol, atol=atol, rule=rule)
+    rule_data = reference_rule or ReferenceRule()
+    return compare_to_reference(
+        want, got, reference, rule=rule, multiple=rule_data.multiple, floor=rule_data.floor
+    )
 
 
 #: The chance that ``compare_distributions`` fails two samples of one distribution, per statistic
@@ -745,3 +759,141 @@ def compare_in_steps(
         f"(at most {steps:g}); {bad} of {diff.size} elements outside"
     )
     return ArrayComparison(bad == 0, message, max_abs=widest, mismatched=bad, total=diff.size)
+
+
+# ------------------------------------------------- low precision against a higher-precision reference
+#: The float16 rule's defaults; conformance/tolerances.toml ``[float16]`` states the values the
+#: harness uses and why.
+LOW_PRECISION_MULTIPLE = 8.0
+LOW_PRECISION_FLOOR = 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceRule:
+    """How a float16 output is judged against a higher-precision reference (eager on the same
+    inputs' values upcast): ours' error against the reference may be ``multiple`` times eager
+    float16's own error against it, plus ``floor`` (for exact zeros). ``reference`` names the
+    dtype the reference runs in for op cases (model cases run theirs in float32)."""
+
+    multiple: float = LOW_PRECISION_MULTIPLE
+    floor: float = LOW_PRECISION_FLOOR
+    reference: str = "float64"
+    reason: str = ""
+
+
+def load_reference_rule(path: str | Path) -> ReferenceRule:
+    """The ``[float16]`` table of a policy file (format: ``conformance/tolerances.toml``); the
+    defaults above where the file has none."""
+    import tomllib
+
+    path = Path(path)
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("float16", {})
+        return ReferenceRule(
+            multiple=float(table.get("multiple", LOW_PRECISION_MULTIPLE)),
+            floor=float(table.get("floor", LOW_PRECISION_FLOOR)),
+            reference=str(table.get("reference", "float64")),
+            reason=str(table.get("reason", "")),
+        )
+    except (OSError, tomllib.TOMLDecodeError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"cannot read [float16] of {path} (needs numeric multiple and floor): {exc}"
+        ) from exc
+
+
+def float16_unit(values: np.ndarray) -> np.ndarray:
+    """One float16 rounding step (ulp) at each ``|value|``: the size of rounding noise there.
+    Values past float16's largest finite number take its step there (32)."""
+    magnitude = np.minimum(np.abs(values), float(np.finfo(np.float16).max))
+    return np.spacing(magnitude.astype(np.float16)).astype(np.float64)
+
+
+def compare_to_reference(
+    expected: Any,
+    actual: Any,
+    reference: Any,
+    *,
+    rule: str = ELEMENT,
+    multiple: float = LOW_PRECISION_MULTIPLE,
+    floor: float = LOW_PRECISION_FLOOR,
+) -> ArrayComparison:
+    """A low-precision output (``actual``) judged against a higher-precision ``reference``,
+    with eager's own low-precision output (``expected``) as the measure of rounding noise.
+
+    Shapes, dtypes, NaN and infinity positions and integer outputs are judged against
+    ``expected`` as ``compare_arrays`` does. Then, over the elements finite on every side, with
+    ``e_ours = |actual - ref|``, ``e_eager = |expected - ref|`` and ``u`` one float16 step at
+    ``|ref|`` (``float16_unit``):
+
+    - ``ELEMENT``: every element satisfies ``e_ours <= multiple * max(e_eager, u) + floor``;
+    - ``SCALE``: ``max e_ours <= multiple * max(max e_eager, u(scale)) + floor``, scale the
+      output's largest finite ``|ref|``.
+
+    So ours may round differently from eager (a few steps), but not drift further from the
+    true value than a few times eager's own float16 error. A ``reference`` of another shape, or
+    a non-float output, leaves only the structural checks (the caller's tolerance judges it
+    then). The measures (max_abs, max_rel, ...) are against ``expected``, as everywhere."""
+    want, got, ref = np.asarray(expected), np.asarray(actual), np.asarray(reference)
+    want, rescued = _overflow_rescued(want, got, ref)
+    result = compare_arrays(want, got, rtol=0.0, atol=np.inf, rule=ELEMENT)
+    if not result.ok or want.dtype.kind != "f" or ref.shape != want.shape or want.size == 0:
+        return result
+    if ref.dtype.kind not in "fiub":
+        raise ValueError(f"a reference of dtype {ref.dtype} cannot judge a float output")
+    want64, got64, ref64 = (a.astype(np.float64) for a in (want, got, ref))
+    both = np.isfinite(want64) & np.isfinite(ref64)
+    if not both.any():
+        return result
+    want_f, got_f, ref_f = want64[both], got64[both], ref64[both]
+    ours, eager = np.abs(got_f - ref_f), np.abs(want_f - ref_f)
+    if rule == SCALE:
+        scale = float(np.abs(ref_f).max())
+        noise = max(float(eager.max()), float(float16_unit(np.asarray(scale))))
+        allowed = np.full_like(ours, multiple * noise + floor)
+        measure = f"max error vs reference {ours.max():.3g}, eager's {eager.max():.3g}"
+    elif rule == ELEMENT:
+        noise_each = np.maximum(eager, float16_unit(ref_f))
+        allowed = multiple * noise_each + floor
+        ratio = float((ours / noise_each).max())
+        measure = f"error vs reference up to {ratio:.3g} x eager's (or one float16 step)"
+    else:
+        raise ValueError(f"unknown comparison rule {rule!r}; use one of {RULES}")
+    bad = ours > allowed
+    result.mismatched = int(np.count_nonzero(bad))
+    if result.mismatched:
+        worst = int(np.argmax(ours - allowed))
+        result.ok = False
+        result.message = (
+            f"{result.mismatched}/{want.size} elements drift from the {ref.dtype} reference "
+            f"beyond {multiple:g} x eager {want.dtype}'s own error + {floor:g} ({measure}); "
+            f"worst: reference {ref_f[worst]:.6g}, eager {want_f[worst]:.6g}, "
+            f"got {got_f[worst]:.6g}"
+        )
+        return result
+    result.message = f"{measure}; max abs error vs eager {result.max_abs:.3g}" + (
+        f"; {rescued} element(s) where eager overflowed inside judged by the reference alone"
+        if rescued
+        else ""
+    )
+    return result
+
+
+def _overflow_rescued(want: np.ndarray, got: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, int]:
+    """Eager's float16 output with the elements it lost to an overflow inside the op replaced
+    by the reference rounded to float16, and their count. Lost: eager is NaN or infinite where
+    the reference is not NaN and rounds to something else (a finite value, or an infinity of
+    another sign), and ours is not NaN. There ours must be that rounded value's infinity, or
+    within ``multiple`` float16 steps of the reference, since eager's own error is unbounded.
+    Where eager's value is the true one rounded (a true overflow) or ours is NaN like eager,
+    eager's value stands."""
+    if want.dtype.kind != "f" or ref.shape != want.shape or got.shape != want.shape:
+        return want, 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        rounded = ref.astype(want.dtype)
+        lost = ~np.isfinite(want) & ~np.isnan(ref) & ~np.isnan(got) & (want != rounded)
+    count = int(np.count_nonzero(lost))
+    if not count:
+        return want, 0
+    restored = want.copy()
+    restored[lost] = rounded[lost]
+    return restored, count

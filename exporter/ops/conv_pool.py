@@ -12,6 +12,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from exporter.ops import _kernels
 from exporter.ops._nn_helpers import as_int_list, static_ints, to_work
 from exporter.ops._reduce import reduce
 from exporter.ops._registry import translates
@@ -669,8 +670,15 @@ def max_pool_backward(
     n = ctx.rank(self) - 2 if ctx.rank(self) in (4, 5) else ctx.rank(self) - 1
     rank = ctx.rank(self)
     lead = shape_value(ctx, self, 0, rank - n)
+    dtype = ctx.dtype(grad_output)
+    # onnxruntime's CPU ScatterElements has no float16 'add' kernel: sum in float32 (two Casts).
+    run = _kernels.kernel_dtype("ScatterElements-add", dtype)
     flat_grad = reshape(
-        ctx, grad_output, lead, prod_of_dims(ctx, grad_output, rank - n), allowzero=True
+        ctx,
+        ctx.cast(grad_output, run),
+        lead,
+        prod_of_dims(ctx, grad_output, rank - n),
+        allowzero=True,
     )
     flat_idx = reshape(
         ctx,
@@ -680,11 +688,11 @@ def max_pool_backward(
         allowzero=True,
     )
     zeros = ctx.op.Expand(
-        ctx.scalar(0, ctx.dtype(grad_output)),
+        ctx.scalar(0, run),
         ctx.op.Concat(lead, prod_of_dims(ctx, self, rank - n), axis=0),
     )
     scattered = ctx.op.ScatterElements(zeros, flat_idx, flat_grad, axis=-1, reduction="add")
-    return ctx.op.Reshape(scattered, ctx.op.Shape(self), allowzero=1)
+    return ctx.cast(ctx.op.Reshape(scattered, ctx.op.Shape(self), allowzero=1), dtype)
 
 
 @translates(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
