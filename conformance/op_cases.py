@@ -646,6 +646,22 @@ class OpPrepared(Prepared):
             fault()
 
 
+def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
+    """How the case is judged: ``(tolerance, distribution, shape_only, sign_invariant)``, each
+    noted in the row."""
+    # Random outputs are judged by distribution over several draws of eager and of the model.
+    distribution = planted is None and policy.is_distribution(case.op)
+    if distribution:
+        shape_only = False
+        outcome.extra["distribution"] = True
+    tolerance = policy.tolerance(case.op, case.dtype, case.provider)
+    outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
+    outcome.extra["tolerance_source"] = tolerance.source
+    if shape_only:
+        outcome.extra["shape_only"] = True
+    return tolerance, distribution, shape_only, policy.sign_invariant(case.op)
+
+
 def _prepare(case: OpCase, outcome) -> OpPrepared:
     import torch
 
@@ -657,18 +673,10 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
     policy = load_policy(case.tolerances_path or OP_TOLERANCES_PATH)
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
-    # Random outputs are judged by distribution over several draws of eager and of the model.
-    distribution = planted is None and policy.is_distribution(case.op)
-    if distribution:
-        shape_only = False
-        outcome.extra["distribution"] = True
     outcome.extra["sample"] = facts
-    tolerance = policy.tolerance(case.op, case.dtype, case.provider)
-    outcome.rtol, outcome.atol = tolerance.rtol, tolerance.atol
-    sign_invariant = policy.sign_invariant(case.op)
-    outcome.extra["tolerance_source"] = tolerance.source
-    if shape_only:
-        outcome.extra["shape_only"] = True
+    tolerance, distribution, shape_only, sign_invariant = _judging(
+        case, policy, planted, shape_only, outcome
+    )
     dynamic = case.shapes == "dynamic"
     if dynamic and not second_shape.has_dynamic_dims(inputs):
         raise Skip("dynamic: no input dimension >= 2 to make dynamic (same as static)")
