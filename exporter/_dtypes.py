@@ -120,7 +120,7 @@ def default_opset_for(model: Any, args: Any, kwargs: Any, default: int) -> int:
         f"torch.float4_e2m1fn_x2 tensors, and ONNX has FLOAT4E2M1 from opset {FLOAT4_OPSET} on. "
         f"Pass opset_version to choose.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # export()'s caller, through _validate.validate
     )
     return FLOAT4_OPSET
 

@@ -307,7 +307,7 @@ class AxisNames:
                             f"The axis name {name!r} will not be used, since it shares the same "
                             f"shape constraints with another axis: {chosen!r}.",
                             UserWarning,
-                            stacklevel=4,
+                            stacklevel=5,  # export()'s caller, via the pipeline
                         )
                     continue
                 by_size = names_of.setdefault(name, {})
@@ -331,7 +331,7 @@ class AxisNames:
                 + ". Give such dims different names, or make the model relate them, to "
                 "silence this warning.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,  # export()'s caller, via the pipeline
             )
         return renames
 
@@ -590,7 +590,7 @@ def from_dynamic_axes(
         "dynamic_shapes in the tree form of the inputs, e.g. dynamic_shapes=({0: 'batch'},). "
         "It was converted for you.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=5,  # export()'s caller, through _validate.validate
     )
     flat = NamedInputs(model, args, kwargs, input_names)
     spec_by_leaf: dict[int, dict[int, str]] = {}
