@@ -1,4 +1,8 @@
-"""``export()``: the drop-in for ``torch.onnx.export(model, args, kwargs, dynamo=True)``."""
+"""``export()``: the drop-in for ``torch.onnx.export(model, args, kwargs, dynamo=True)``.
+
+It reads as its steps: check the arguments into a request (``exporter._validate.validate``), run
+the export's stages on it (``exporter._pipeline``: the list ``STEPS``), then verify, save and
+write the report."""
 
 from __future__ import annotations
 
