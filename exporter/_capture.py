@@ -369,7 +369,7 @@ def capture(
                 )
                 if notes is not None:
                     notes.append(message)
-                warnings.warn(message, UserWarning, stacklevel=4)
+                warnings.warn(message, UserWarning, stacklevel=5)  # export()'s caller
                 continue
             attempts.append(Attempt(label, time.perf_counter() - start))
             return program, label

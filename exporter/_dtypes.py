@@ -120,7 +120,7 @@ def default_opset_for(model: Any, args: Any, kwargs: Any, default: int) -> int:
         f"torch.float4_e2m1fn_x2 tensors, and ONNX has FLOAT4E2M1 from opset {FLOAT4_OPSET} on. "
         f"Pass opset_version to choose.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # export()'s caller, through _validate.validate
     )
     return FLOAT4_OPSET
 
@@ -233,10 +233,12 @@ _ORT_RAW_TYPE_NAMES = tuple(
 )
 
 
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+def to_numpy(tensor: Any) -> np.ndarray:
     """A CPU numpy array of ``tensor``'s values (ml_dtypes arrays for the types numpy lacks,
     float4 pairs unpacked); a view where torch's memory can be shared, so large weights are
-    not copied."""
+    not copied. Anything else (a Python number, an array) as ``np.asarray`` gives it."""
+    if not isinstance(tensor, torch.Tensor):
+        return np.asarray(tensor)
     if tensor.dtype is FLOAT4_X2:
         return float4_values(tensor)
     tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
@@ -247,6 +249,14 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if tensor.dtype not in TORCH_TO_IR:
         to_ir(tensor.dtype)  # raises the error that names the dtype
     return tensor.numpy()
+
+
+def graph_array(value: Any) -> np.ndarray:
+    """``value`` as the ONNX graph holds it: a complex tensor as real pairs along a trailing
+    dim of 2 (``COMPLEX_TO_REAL``), anything else as :func:`to_numpy` gives it."""
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        value = torch.view_as_real(value)
+    return to_numpy(value)
 
 
 def from_numpy(array: Any) -> torch.Tensor:

@@ -307,7 +307,7 @@ class AxisNames:
                             f"The axis name {name!r} will not be used, since it shares the same "
                             f"shape constraints with another axis: {chosen!r}.",
                             UserWarning,
-                            stacklevel=4,
+                            stacklevel=5,  # export()'s caller, via the pipeline
                         )
                     continue
                 by_size = names_of.setdefault(name, {})
@@ -331,7 +331,7 @@ class AxisNames:
                 + ". Give such dims different names, or make the model relate them, to "
                 "silence this warning.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,  # export()'s caller, via the pipeline
             )
         return renames
 
@@ -357,97 +357,9 @@ def normalize(
 
     Validates that the tree matches the inputs and raises a clear error otherwise.
     """
-    names = AxisNames()
     if dynamic_shapes is None:
-        return None, names
-    leaves = pytree.tree_leaves((args, kwargs))
-    leaf_ids = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)}
-    #: Dim name -> the example size of the first dim given a Dim of that name.
-    dim_sizes: dict[str, int] = {}
-
-    def name_axis(value: torch.Tensor, axis: int, name: str, path: str) -> None:
-        names.add(leaf_ids[id(value)], axis, name)
-
-    def convert(spec: Any, value: Any, path: str) -> Any:
-        if isinstance(value, torch.Tensor):
-            if spec is None:
-                return None
-            if isinstance(spec, dict):
-                items = spec.items()
-            elif isinstance(spec, (list, tuple)):
-                if len(spec) != value.dim():
-                    raise InvalidExportArgumentsError(
-                        f"dynamic_shapes{path} lists {len(spec)} axes but the input tensor has "
-                        f"{value.dim()} dimensions {tuple(value.shape)}; give one entry per "
-                        f"axis (None for static) or a dict {{axis: name}}"
-                    )
-                items = enumerate(spec)
-            else:
-                raise InvalidExportArgumentsError(
-                    f"dynamic_shapes{path} is a {type(spec).__name__} but the input is a tensor; "
-                    f"use a dict {{axis: name_or_Dim}} or a list with one entry per axis"
-                )
-            out = {}
-            for axis, s in items:
-                if not isinstance(axis, int) or not -value.dim() <= axis < value.dim():
-                    raise InvalidExportArgumentsError(
-                        f"dynamic_shapes{path} names axis {axis!r} but the input tensor has "
-                        f"shape {tuple(value.shape)}"
-                    )
-                axis = axis % value.dim()
-                if s is not None:
-                    names.declared.add((leaf_ids[id(value)], axis))
-                if isinstance(s, str):
-                    name_axis(value, axis, s, path)
-                    out[axis] = Dim.DYNAMIC
-                elif s is None:
-                    continue
-                else:
-                    dim_name = getattr(s, "__name__", None)
-                    if isinstance(dim_name, str) and type(s).__name__ != "_DimHint":
-                        names.add(leaf_ids[id(value)], axis, dim_name)
-                        s = _unshared_dim(s, int(value.shape[axis]), dim_sizes)
-                    out[axis] = s
-            return out if isinstance(spec, dict) else [out.get(i) for i in range(value.dim())]
-        if isinstance(value, dict):
-            if spec is None:
-                return None
-            if not isinstance(spec, dict) or set(spec) - set(value):
-                raise InvalidExportArgumentsError(
-                    f"dynamic_shapes{path} must be a dict with keys among {sorted(value)}; "
-                    f"got {spec!r}"
-                )
-            return {k: convert(spec.get(k), v, f"{path}[{k!r}]") for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            if spec is None:
-                return None
-            if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
-                raise InvalidExportArgumentsError(
-                    f"dynamic_shapes{path} must be a list/tuple of {len(value)} entries matching "
-                    f"the input; got {spec!r}"
-                )
-            return type(spec)(
-                convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
-            )
-        if _caches.is_cache(value) and type(value) in pytree.SUPPORTED_NODES:
-            if spec is None:
-                return None
-            children = _caches.cache_children(value)
-            specs = _caches.expand_cache_spec(spec, value, path)
-            return [convert(s, c, f"{path}[{i}]") for i, (s, c) in enumerate(zip(specs, children))]
-        if spec is not None and not (isinstance(spec, dict) and not spec):
-            if isinstance(value, int) and not isinstance(value, bool):
-                return _int_spec(spec, value, path)
-            if isinstance(spec, _DimHint) and spec.type == _DimHintType.STATIC:
-                return None
-            if isinstance(value, (int, float, bool, str)) or value is None:
-                raise InvalidExportArgumentsError(
-                    f"dynamic_shapes{path} gives {spec!r} for a non-tensor input "
-                    f"({type(value).__name__}); use None there (torch.export can make only "
-                    f"int inputs dynamic; pass a 0-d tensor for a value that changes)"
-                )
-        return spec
-
+        return None, AxisNames()
+    spec = _SpecConverter((args, kwargs))
     params = _bind(model, args, kwargs)
     if isinstance(dynamic_shapes, dict):
         unknown = set(dynamic_shapes) - set(params)
@@ -457,8 +369,8 @@ def normalize(
                 f"the inputs are {list(params)} (with input_names, a dict may be keyed by those "
                 f"names instead)"
             )
-        converted = {k: convert(v, params[k], f"[{k!r}]") for k, v in dynamic_shapes.items()}
-        return converted, names
+        converted = {k: spec.convert(v, params[k], f"[{k!r}]") for k, v in dynamic_shapes.items()}
+        return converted, spec.names
     if isinstance(dynamic_shapes, (list, tuple)):
         values = list(params.values())
         if len(dynamic_shapes) != len(values):
@@ -468,13 +380,115 @@ def normalize(
                 f"(None for inputs without dynamic axes)"
             )
         converted = type(dynamic_shapes)(
-            convert(s, v, f"[{i}]") for i, (s, v) in enumerate(zip(dynamic_shapes, values))
+            spec.convert(s, v, f"[{i}]") for i, (s, v) in enumerate(zip(dynamic_shapes, values))
         )
-        return converted, names
+        return converted, spec.names
     raise InvalidExportArgumentsError(
         f"dynamic_shapes must be a dict keyed by forward() parameter names or a tuple aligned "
         f"with the inputs, got {type(dynamic_shapes).__name__}"
     )
+
+
+class _SpecConverter:
+    """One input's dynamic_shapes entry, checked against the input and converted to what
+    torch.export takes; the axis names met on the way collect in ``names``."""
+
+    def __init__(self, inputs: Any) -> None:
+        self.names = AxisNames()
+        leaves = pytree.tree_leaves(inputs)
+        self.leaf_ids = {
+            id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)
+        }
+        #: Dim name -> the example size of the first dim given a Dim of that name.
+        self.dim_sizes: dict[str, int] = {}
+
+    def convert(self, spec: Any, value: Any, path: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            return None if spec is None else self._tensor(spec, value, path)
+        if isinstance(value, dict):
+            if spec is None:
+                return None
+            if not isinstance(spec, dict) or set(spec) - set(value):
+                raise InvalidExportArgumentsError(
+                    f"dynamic_shapes{path} must be a dict with keys among {sorted(value)}; "
+                    f"got {spec!r}"
+                )
+            return {k: self.convert(spec.get(k), v, f"{path}[{k!r}]") for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            if spec is None:
+                return None
+            if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
+                raise InvalidExportArgumentsError(
+                    f"dynamic_shapes{path} must be a list/tuple of {len(value)} entries matching "
+                    f"the input; got {spec!r}"
+                )
+            return type(spec)(
+                self.convert(s, v, f"{path}[{i}]") for i, (s, v) in enumerate(zip(spec, value))
+            )
+        if _caches.is_cache(value) and type(value) in pytree.SUPPORTED_NODES:
+            if spec is None:
+                return None
+            children = _caches.cache_children(value)
+            specs = _caches.expand_cache_spec(spec, value, path)
+            return [
+                self.convert(s, c, f"{path}[{i}]") for i, (s, c) in enumerate(zip(specs, children))
+            ]
+        return _leaf_spec(spec, value, path)
+
+    def _tensor(self, spec: Any, value: torch.Tensor, path: str) -> Any:
+        if isinstance(spec, dict):
+            items = spec.items()
+        elif isinstance(spec, (list, tuple)):
+            if len(spec) != value.dim():
+                raise InvalidExportArgumentsError(
+                    f"dynamic_shapes{path} lists {len(spec)} axes but the input tensor has "
+                    f"{value.dim()} dimensions {tuple(value.shape)}; give one entry per "
+                    f"axis (None for static) or a dict {{axis: name}}"
+                )
+            items = enumerate(spec)
+        else:
+            raise InvalidExportArgumentsError(
+                f"dynamic_shapes{path} is a {type(spec).__name__} but the input is a tensor; "
+                f"use a dict {{axis: name_or_Dim}} or a list with one entry per axis"
+            )
+        out = {}
+        for axis, s in items:
+            if not isinstance(axis, int) or not -value.dim() <= axis < value.dim():
+                raise InvalidExportArgumentsError(
+                    f"dynamic_shapes{path} names axis {axis!r} but the input tensor has "
+                    f"shape {tuple(value.shape)}"
+                )
+            axis = axis % value.dim()
+            if s is not None:
+                self.names.declared.add((self.leaf_ids[id(value)], axis))
+            if isinstance(s, str):
+                self.names.add(self.leaf_ids[id(value)], axis, s)
+                out[axis] = Dim.DYNAMIC
+            elif s is None:
+                continue
+            else:
+                dim_name = getattr(s, "__name__", None)
+                if isinstance(dim_name, str) and type(s).__name__ != "_DimHint":
+                    self.names.add(self.leaf_ids[id(value)], axis, dim_name)
+                    s = _unshared_dim(s, int(value.shape[axis]), self.dim_sizes)
+                out[axis] = s
+        return out if isinstance(spec, dict) else [out.get(i) for i in range(value.dim())]
+
+
+def _leaf_spec(spec: Any, value: Any, path: str) -> Any:
+    """The spec of a non-tensor leaf input: an int may be dynamic, nothing else."""
+    if spec is not None and not (isinstance(spec, dict) and not spec):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _int_spec(spec, value, path)
+        if isinstance(spec, _DimHint) and spec.type == _DimHintType.STATIC:
+            return None
+        if isinstance(value, (int, float, bool, str)) or value is None:
+            raise InvalidExportArgumentsError(
+                f"dynamic_shapes{path} gives {spec!r} for a non-tensor input "
+                f"({type(value).__name__}); use None there (torch.export can make only "
+                f"int inputs dynamic; pass a 0-d tensor for a value that changes)"
+            )
+    return spec
 
 
 def _unshared_dim(dim: Any, size: int, sizes: dict[str, int]) -> Any:
@@ -590,7 +604,7 @@ def from_dynamic_axes(
         "dynamic_shapes in the tree form of the inputs, e.g. dynamic_shapes=({0: 'batch'},). "
         "It was converted for you.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=5,  # export()'s caller, through _validate.validate
     )
     flat = NamedInputs(model, args, kwargs, input_names)
     spec_by_leaf: dict[int, dict[int, str]] = {}

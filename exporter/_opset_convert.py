@@ -63,7 +63,7 @@ def convert_down(model: ir.Model, opset: int) -> ir.Model:
         f"library translates to: the model was translated at opset {current} and converted "
         f"down with onnx.version_converter. Check it with export(..., verify=True).",
         UserWarning,
-        stacklevel=4,
+        stacklevel=5,  # export()'s caller, through the pipeline's finish
     )
     if model.functions:
         raise OpsetConversionError(

@@ -95,10 +95,6 @@ def _stale_data_file(destination: Path) -> Path | None:
     return None
 
 
-def _to_numpy(x: Any) -> np.ndarray:
-    return _dtypes.to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
 def has_no_data(tensor: torch.Tensor) -> bool:
     """A tensor with a shape and no data: on the meta device, or a fake tensor."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -188,7 +184,7 @@ _SCALAR_NUMPY = {
 
 def _feed(leaf: Any, value: ir.Value) -> np.ndarray:
     if isinstance(leaf, torch.Tensor):
-        return _to_numpy(torch.view_as_real(leaf) if leaf.is_complex() else leaf)
+        return _dtypes.graph_array(leaf)
     # a dynamic Python scalar: the graph declares its ONNX type, numpy would pick 64-bit
     return np.asarray(leaf, dtype=_SCALAR_NUMPY.get(value.dtype))
 
@@ -480,7 +476,7 @@ class ONNXProgram:
         self._require_weights("run the model")
         evaluator = ReferenceEvaluator(self.model_proto)
         outs = evaluator.run(None, self.feeds(args, kwargs))
-        return [torch.from_numpy(np.asarray(o)) for o in outs]
+        return [_dtypes.from_numpy(o) for o in outs]
 
     def compute_values(
         self,

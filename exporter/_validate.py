@@ -1,25 +1,35 @@
 """Argument checks of ``export()``: every bad input is an InvalidExportArgumentsError that names
 the value and says what to do, raised before any work starts (or, for the graph's names, before
-the model is handed back)."""
+the model is handed back).
+
+``validate`` runs them all and returns the :class:`ExportRequest` the pipeline's stages read
+(``exporter._pipeline``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import io
+import logging
 import os
 import tempfile
+import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
 
+from exporter import _caches, _dtypes, _dynamic_shapes, _opset_convert, _output_names
 from exporter._errors import InvalidExportArgumentsError
 from exporter._program import PROTOBUF_LIMIT_BYTES
 from exporter.ops._registry import DEFAULT_REGISTRY, Registry, custom_translation
+
+if TYPE_CHECKING:
+    from exporter._record import ExportRecord
 
 LEGACY_IGNORED = (
     "training",
@@ -33,6 +43,158 @@ LEGACY_IGNORED = (
 VERIFY_VALUES = (False, True, "strict")
 
 
+# ------------------------------------------------------------------ the request
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    """What ``export()`` was asked to do: every argument checked and its defaults resolved, the
+    one input of the pipeline's stages. (``report``, ``placement_provider`` and
+    ``artifacts_dir`` stay with ``export()``, which writes the report even when the arguments
+    fail their checks.)"""
+
+    model: torch.nn.Module | torch.export.ExportedProgram
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    opset: int
+    #: the op library with ``custom_translation_table`` added
+    registry: Registry
+    #: as the user declared them, ``dynamic_axes`` converted and ``input_names`` keys resolved:
+    #: what verify's second shape reads
+    dynamic_shapes: Any
+    #: ``dynamic_shapes`` as torch.export takes them (axis names as Dim.DYNAMIC); None for an
+    #: ExportedProgram, which is not captured again
+    capture_shapes: Any
+    #: the axis names the user gave, which name the ONNX model's dims
+    axis_names: _dynamic_shapes.AxisNames
+    #: the model-side rewrites capture applies (``exporter._capture_patches``), defaults resolved
+    capture_patches: tuple[str, ...]
+    input_names: Sequence[str] | None
+    output_names: Sequence[str] | None
+    optimize: bool
+    metadata: bool
+    verbose: bool | None
+    verify: bool | str
+    #: where the model is saved (None: not saved), and how
+    f: str | os.PathLike | io.BytesIO | None
+    export_params: bool
+    keep_initializers_as_inputs: bool
+    external_data: bool
+    #: where ``dump_exported_program=True`` writes the captured program; None when not asked
+    dump_dir: Path | None
+
+    def say(self, message: str) -> None:
+        """A progress line, printed when ``verbose=True``."""
+        if self.verbose:
+            print(f"[exporter] {message}")
+
+
+def validate(arguments: Mapping[str, Any], record: ExportRecord) -> ExportRequest:
+    """``export()``'s arguments, by parameter name, checked in the order their errors come and
+    resolved into the request. The record takes what is known as soon as it is (the opset, the
+    registry, the capture patches), so that the report of a later argument error names it."""
+    given = types.SimpleNamespace(**arguments)
+    model = given.model
+    args, kwargs = _checked_inputs(given)
+    opset = _opset_convert.check(given.opset_version)
+    if given.opset_version is None:
+        opset = _dtypes.default_opset_for(model, args, kwargs, opset)
+    record.opset = opset
+    check_verify(given.verify)
+    check_placement_provider(given.placement_provider, given.report)
+    if given.report or given.dump_exported_program or given.profile:
+        why = "dump_exported_program" if given.dump_exported_program else "the report"
+        check_artifacts_dir(Path(given.artifacts_dir), why)
+    check_destination(given.f)
+    check_bytesio_size(given.f, weight_bytes(model), "the weights alone take")
+    check_names(given.input_names, "input_names")
+    output_names = _output_names.requested(given.output_names)
+    check_names(output_names, "output_names")
+    check_names_disjoint(given.input_names, output_names)
+    registry = registry_with(given.custom_translation_table)
+    record.registry = registry
+    check_patches(given.capture_patches)
+    dynamic_shapes = _declared_shapes(given, args, kwargs)
+    if isinstance(model, torch.nn.Module) and model.training:
+        warnings.warn(
+            "Exporting a model in training mode: dropout and batch-norm statistics follow "
+            "training behaviour. Call model.eval() first unless that is what you want.",
+            UserWarning,
+            stacklevel=3,
+        )
+    patches = _capture_patches(given, record)
+    capture_shapes, axis_names = None, _dynamic_shapes.AxisNames()
+    if not isinstance(model, torch.export.ExportedProgram):
+        capture_shapes, axis_names = _dynamic_shapes.normalize(model, args, kwargs, dynamic_shapes)
+    return ExportRequest(
+        model=model,
+        args=args,
+        kwargs=kwargs,
+        opset=opset,
+        registry=registry,
+        dynamic_shapes=dynamic_shapes,
+        capture_shapes=capture_shapes,
+        axis_names=axis_names,
+        capture_patches=patches,
+        input_names=given.input_names,
+        output_names=output_names,
+        optimize=given.optimize,
+        metadata=given.metadata,
+        verbose=given.verbose,
+        verify=given.verify,
+        f=given.f,
+        export_params=given.export_params,
+        keep_initializers_as_inputs=given.keep_initializers_as_inputs,
+        external_data=given.external_data,
+        dump_dir=Path(given.artifacts_dir) if given.dump_exported_program else None,
+    )
+
+
+def _checked_inputs(given: types.SimpleNamespace) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The example inputs as a tuple and a dict, after the checks of the inputs themselves."""
+    args, kwargs = given.args, {} if given.kwargs is None else given.kwargs
+    if not isinstance(given.model, torch.export.ExportedProgram):
+        # An ExportedProgram was captured with whatever flattening was registered then
+        # (transformers' own exporter registers its own); registering ours now would
+        # change how its caller flattens caches from here on.
+        _caches.register(args, kwargs)
+        _caches.check_keyed_inputs(args if isinstance(args, tuple) else (args,), kwargs)
+    check_legacy(given.legacy)
+    return check_inputs(given.model, args, kwargs, given.dynamo)
+
+
+def _declared_shapes(given: types.SimpleNamespace, args: tuple[Any, ...], kwargs: Any) -> Any:
+    """``dynamic_shapes``, or the legacy ``dynamic_axes`` converted, in forward()'s terms."""
+    model, dynamic_shapes = given.model, given.dynamic_shapes
+    if given.dynamic_axes is not None:
+        if dynamic_shapes is not None:
+            raise InvalidExportArgumentsError(
+                "pass either dynamic_shapes or the legacy dynamic_axes, not both"
+            )
+        if isinstance(model, torch.export.ExportedProgram):
+            raise InvalidExportArgumentsError(
+                "dynamic_axes cannot apply to an ExportedProgram: its shapes are fixed"
+            )
+        dynamic_shapes = _dynamic_shapes.from_dynamic_axes(
+            model, args, kwargs, dict(given.dynamic_axes), given.input_names, given.output_names
+        )
+    return _dynamic_shapes.keyed_by_input_names(
+        model, args, kwargs, dynamic_shapes, given.input_names
+    )
+
+
+def _capture_patches(given: types.SimpleNamespace, record: ExportRecord) -> tuple[str, ...]:
+    """The capture patches to apply: as given, or those made for the model's kind, said."""
+    from exporter._capture_patches import resolve
+
+    patches, note = resolve(given.capture_patches, given.model)
+    record.capture_patches = list(patches)
+    if note:
+        record.notes.append(note)
+        logging.getLogger("exporter").info(note)
+        if given.verbose:
+            print(f"[exporter] {note}")
+    return patches
+
+
 def check_legacy(legacy: dict[str, Any]) -> None:
     unknown = set(legacy) - set(LEGACY_IGNORED)
     if unknown:
@@ -41,7 +203,7 @@ def check_legacy(legacy: dict[str, Any]) -> None:
         warnings.warn(
             f"export(): {name} is a TorchScript-exporter option and is ignored",
             UserWarning,
-            stacklevel=4,
+            stacklevel=6,  # export()'s caller's caller, as before export() became a pipeline
         )
 
 
@@ -143,6 +305,19 @@ def check_patches(patches: Any) -> None:
     if unknown:
         raise InvalidExportArgumentsError(
             f"unknown capture_patches {unknown}; available: {sorted(CAPTURE_PATCHES)}"
+        )
+
+
+def check_placement_provider(provider: str | None, report: bool) -> None:
+    if provider is None:
+        return
+    if provider not in ("cuda", "cpu"):
+        raise ValueError(
+            f"placement_provider={provider!r}: choose 'cuda' (or 'cpu'), or leave it None"
+        )
+    if not report:
+        raise ValueError(
+            "placement_provider adds a section to the export report: pass report=True with it"
         )
 
 
@@ -366,7 +541,7 @@ def apply_io_names(
                 f"{list(names[len(values) :])} are not used. (Static Python scalars and None "
                 f"inputs are baked into the graph and get no input.)",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,  # export()'s caller, through the pipeline
             )
         for name, value in zip(names, values):
             if value.name == name:
@@ -422,7 +597,7 @@ def check_outputs(model: Any, program: torch.export.ExportedProgram) -> None:
                 f"no output for them, so its outputs are the other {len(model.graph.outputs)} "
                 f"in order",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,  # export()'s caller, through the pipeline
             )
         return
     what = "nothing" if not returned or returned == [None] else f"only constants {returned!r}"

@@ -86,7 +86,7 @@ class ModelCase:
     notes: str = ""
     custom_translation_table_factory: Callable[[], dict[Any, Callable[..., Any]]] | None = None
     #: replaces the element-wise comparison: (eager outputs, ONNX outputs) -> problems, none
-    #: when they agree (detections compare up to score ties: exporter.detection_match)
+    #: when they agree (detections compare up to score ties: exporter.diagnostics.detection_match)
     compare: Callable[[Any, Any], list[str]] | None = None
     #: a decoder's greedy-generation prompt: keywords (input_ids, attention_mask, an empty
     #: past_key_values) for exporter.diagnostics.generation.check_greedy, which the model suite

@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from exporter.detection_match import DETECTION_KEYS, match_flat_detections
+from exporter.diagnostics.detection_match import DETECTION_KEYS, match_flat_detections
 from model_zoo._common import generator_for, seed_for
 from model_zoo.init import calibrate_batch_norm_, reinit_
 from model_zoo.registry import Inputs, ModelCase, register
@@ -239,9 +239,9 @@ _DETECTION_NOTES = (
     "Input is a list of one 3xHxW image (H and W dynamic); the model resizes it internally. "
     "weights_backbone=None, small num_classes, score threshold 0 so the output is never empty. "
     "Outputs are boxes/scores/labels after NMS and top-k, so tiny numeric differences can "
-    "reorder detections: they are compared up to score ties (exporter.detection_match). "
-    "Exported with default arguments: the exporter applies its torchvision-detection capture "
-    "patches itself. Residual branches are damped (last BatchNorm gain x0.2) so eager float32 "
+    "reorder detections: they are compared up to score ties "
+    "(exporter.diagnostics.detection_match). Exported with default arguments: the exporter "
+    "applies its torchvision-detection capture patches itself. Residual branches are damped (last BatchNorm gain x0.2) so eager float32 "
     "reproduces its own float64 detections; undamped, rounding alone changed them."
 )
 

@@ -22,7 +22,7 @@ import torch
 from torch.export import graph_signature as gs
 from torch.utils import _pytree as pytree
 
-from exporter import _errors, _metadata
+from exporter import _dtypes, _errors, _metadata
 from exporter._translate import FX_VALUES_KEY, is_noop_target
 from exporter.diagnostics.compare import ArrayComparison, compare_arrays
 
@@ -115,16 +115,11 @@ def _compare_value(expected: Any, actual: Any, *, rtol: float, atol: float) -> A
 
 
 def _as_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        if x.is_complex():
-            x = torch.view_as_real(x)
-        if x.dtype == torch.bfloat16:
-            x = x.float()
-        return x.numpy()
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         x = x.node.hint
-    return np.asarray(x)
+    elif isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
+        x = x.float()  # bfloat16 is compared as float32 (exact), on both sides
+    return _dtypes.graph_array(x)
 
 
 # ------------------------------------------------------------------------------ FX side
@@ -272,7 +267,8 @@ def bisect(
     ``reference_outputs`` (the eager outputs) lets the result say whether the exported program
     itself already differs from the reference, i.e. capture or decomposition is at fault.
     """
-    from exporter._program import _to_numpy, flatten_inputs
+    from exporter._dtypes import to_numpy
+    from exporter._program import flatten_inputs
 
     start = time.perf_counter()
     program = onnx_program.exported_program
@@ -294,7 +290,7 @@ def bisect(
         and n.target is not operator.getitem
         and not is_noop_target(n.target)
     ]
-    feeds = [_to_numpy(t) for t in flatten_inputs(args, kwargs)]
+    feeds = [to_numpy(t) for t in flatten_inputs(args, kwargs)]
     notes: list[str] = []
     if known_registry is None:
         notes.append(

@@ -312,10 +312,11 @@ def write_failed_export_repro(
     translating, as Python source in ``rerun_export.py`` with its weights in ``weights.npz``, and
     that program's example inputs. When the program cannot be written as source (a submodule,
     a non-tensor input or constant), case.json says why and the inputs are still kept."""
-    from exporter._program import _to_numpy, flatten_inputs
+    from exporter._dtypes import to_numpy
+    from exporter._program import flatten_inputs
 
     program = record.exported_program or record.captured_program
-    feeds = _example_feeds(program, flatten_inputs, _to_numpy)
+    feeds = _example_feeds(program, flatten_inputs, to_numpy)
     meta: dict[str, Any] = {
         "id": f"export of {record.model_class or 'model'}",
         "status": "fail",
@@ -326,7 +327,7 @@ def write_failed_export_repro(
     extra_arrays: dict[str, dict[str, np.ndarray]] = {}
     extra_scripts: dict[str, str] = {}
     try:
-        placeholders, weights, code = _program_as_source(program, _to_numpy, len(feeds))
+        placeholders, weights, code = _program_as_source(program, to_numpy, len(feeds))
     except ValueError as exc:
         meta["note"] = (
             f"the export failed before an ONNX model existed; {RERUN_FILE} was not written: {exc}"

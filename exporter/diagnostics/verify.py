@@ -168,7 +168,7 @@ def _eager_outputs(
     program: torch.export.ExportedProgram | None,
 ) -> list[np.ndarray]:
     """Run the reference on copies of the inputs and flatten its outputs like the ONNX graph."""
-    from exporter._program import _to_numpy
+    from exporter._dtypes import to_numpy as _to_numpy
 
     args_copy, kwargs_copy = pytree.tree_map_only(
         torch.Tensor, torch.clone, (tuple(args), dict(kwargs))

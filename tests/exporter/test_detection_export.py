@@ -24,7 +24,7 @@ from exporter._capture_patches import (
     resolve,
     torchvision_detection_patches,
 )
-from exporter.detection_match import match_detections
+from exporter.diagnostics.detection_match import match_detections
 
 torchvision = pytest.importorskip("torchvision")
 detection = torchvision.models.detection

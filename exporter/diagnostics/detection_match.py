@@ -45,26 +45,10 @@ def match_detections(
     """
     exp = {k: np.asarray(v) for k, v in expected.items()}
     got = {k: np.asarray(v) for k, v in actual.items()}
-    problems = [f"missing {k!r}" for k in DETECTION_KEYS if k not in got or k not in exp]
+    problems = _form_problems(exp, got, score_atol)
     if problems:
         return problems
-    problems = [
-        f"{k} are {got[k].dtype}, eager's {exp[k].dtype}"
-        for k in DETECTION_KEYS
-        if got[k].dtype != exp[k].dtype
-    ]
     count = len(got["scores"])
-    if got["boxes"].shape != (count, 4):
-        problems.append(f"boxes have shape {list(got['boxes'].shape)}, expected [{count}, 4]")
-    for key in set(got) - {"scores"}:
-        if got[key].shape[:1] != (count,):
-            problems.append(f"{key} has {got[key].shape[:1]} rows for {count} detections")
-    if len(exp["scores"]) != count:
-        problems.append(f"{count} detections, eager has {len(exp['scores'])}")
-    if np.any(np.diff(got["scores"]) > score_atol):
-        problems.append("scores are not sorted in descending order")
-    if problems:
-        return problems
     extra = sorted(set(exp) & set(got) - set(DETECTION_KEYS))
     unmatched = list(range(count))
     compared_keypoints = keypoint_ties = 0
@@ -112,6 +96,32 @@ def match_detections(
         for j in unmatched
         if exp["scores"][j] > floor + score_atol
     ]
+    return problems
+
+
+def _form_problems(
+    exp: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], score_atol: float
+) -> list[str]:
+    """What keeps two detection sets from being compared: missing keys, other dtypes, rows
+    that do not line up, a count that differs, scores out of order."""
+    problems = [f"missing {k!r}" for k in DETECTION_KEYS if k not in got or k not in exp]
+    if problems:
+        return problems
+    problems = [
+        f"{k} are {got[k].dtype}, eager's {exp[k].dtype}"
+        for k in DETECTION_KEYS
+        if got[k].dtype != exp[k].dtype
+    ]
+    count = len(got["scores"])
+    if got["boxes"].shape != (count, 4):
+        problems.append(f"boxes have shape {list(got['boxes'].shape)}, expected [{count}, 4]")
+    for key in set(got) - {"scores"}:
+        if got[key].shape[:1] != (count,):
+            problems.append(f"{key} has {got[key].shape[:1]} rows for {count} detections")
+    if len(exp["scores"]) != count:
+        problems.append(f"{count} detections, eager has {len(exp['scores'])}")
+    if np.any(np.diff(got["scores"]) > score_atol):
+        problems.append("scores are not sorted in descending order")
     return problems
 
 

@@ -1,10 +1,10 @@
-"""exporter.detection_match: detections compared up to score ties."""
+"""exporter.diagnostics.detection_match: detections compared up to score ties."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from exporter.detection_match import match_detections, match_flat_detections
+from exporter.diagnostics.detection_match import match_detections, match_flat_detections
 
 
 def _dets(scores, labels=None, shift=0.0, boxes=None):
