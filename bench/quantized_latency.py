@@ -1,12 +1,15 @@
 """ONNX Runtime CPU latency of the quantized zoo: float against quantized, ours against torch.onnx.
 
-    python bench/quantized_latency.py [--runs 30] [--models quantized/resnet18_pt2e_x86,...]
+    python bench/quantized_latency.py [--runs 30] [--threads 1] [--models quantized/resnet18_pt2e_x86,...]
 
 For each case of ``model_zoo/quantized_cases.py``: the float model before quantization exported
 by ours, and the quantized model exported by ours and by ``torch.onnx.export(dynamo=True)``.
-All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread,
-ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine load falls on
-all alike. Prints per model: median milliseconds, the speed-up float / quantized, the size of
+All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread (or
+``--threads``), ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine
+load falls on all alike. Prints per model: the fastest and the median run in milliseconds (on a
+loaded machine a run is preempted more often the longer it takes, which inflates the medians of
+the slower graphs: the fastest run is the steadier figure), the speed-up float / quantized of
+each, the size of
 each serialized model and of its weights (initializers), and each quantized graph's largest difference from the quantized eager
 model in the case's output quantization steps (``exporter.diagnostics.compare.compare_in_steps``).
 """
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
-from ort_latency import _feeds, _session, _time  # noqa: E402
+from ort_latency import _feeds, _time  # noqa: E402
 
 import exporter  # noqa: E402
 from exporter.diagnostics.compare import compare_in_steps  # noqa: E402
@@ -42,6 +45,15 @@ def _outputs(module, args, kwargs) -> list[np.ndarray]:
     return [o.detach().numpy() for o in out]
 
 
+def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
 def _weight_bytes(proto) -> int:
     """Bytes of the initializers as stored (int4 packed two to a byte)."""
     import onnx
@@ -51,7 +63,7 @@ def _weight_bytes(proto) -> int:
     )
 
 
-def bench_case(name: str, runs: int) -> list[str]:
+def bench_case(name: str, runs: int, threads: int = 1) -> list[str]:
     case = registry.get(name)
     quantized, args, kwargs = case.build()
     floating = quantized_cases.FLOAT_MODULES[name]()
@@ -69,7 +81,7 @@ def bench_case(name: str, runs: int) -> list[str]:
             print(f"{name}: torch.onnx cannot export it: {type(error).__name__}")
     blobs = {key: proto.SerializeToString() for key, proto in graphs.items()}
     weights = {key: _weight_bytes(proto) for key, proto in graphs.items()}
-    sessions = {key: _session(blob, ALL) for key, blob in blobs.items()}
+    sessions = {key: _session(blob, threads) for key, blob in blobs.items()}
     feeds = {key: _feeds(session, args, kwargs) for key, session in sessions.items()}
     times: dict[str, list[float]] = {key: [] for key in sessions}
     order = list(sessions)
@@ -82,16 +94,18 @@ def bench_case(name: str, runs: int) -> list[str]:
     step = quantized_cases._STEP[name]
     lines = [f"{name}"]
     median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    fastest = {key: min(values) * 1e3 for key, values in times.items()}
     for key in order:
         line = (
-            f"  {key:<10} {median[key]:8.2f} ms  model {len(blobs[key]) / 1e6:6.2f} MB"
-            f"  weights {weights[key] / 1e6:6.2f} MB"
+            f"  {key:<10} min {fastest[key]:7.2f} ms  median {median[key]:7.2f} ms"
+            f"  model {len(blobs[key]) / 1e6:6.2f} MB  weights {weights[key] / 1e6:6.2f} MB"
         )
         if key != "float":
             got = sessions[key].run(None, feeds[key])
             worst = max(compare_in_steps(w, g, step=step).max_abs / step for w, g in zip(want, got))
             line += (
-                f"  float/quantized {median['float'] / median[key]:5.2f}x"
+                f"  float/quantized {fastest['float'] / fastest[key]:5.2f}x (min)"
+                f" {median['float'] / median[key]:5.2f}x (median)"
                 f"  weights {weights['float'] / weights[key]:4.2f}x smaller"
                 f"  max diff from eager {worst:6.1f} steps"
             )
@@ -102,13 +116,18 @@ def bench_case(name: str, runs: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--models", default=",".join(quantized_cases.FLOAT_MODULES))
     options = parser.parse_args()
     torch.manual_seed(0)
-    print(f"onnxruntime {ort.__version__}, CPU, 1 thread, ORT_ENABLE_ALL, {options.runs} runs")
+    print(
+        f"onnxruntime {ort.__version__}, CPU, {options.threads} thread(s), ORT_ENABLE_ALL,"
+        f" {options.runs} runs, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
+    )
     for name in options.models.split(","):
-        for line in bench_case(name, options.runs):
+        for line in bench_case(name, options.runs, options.threads):
             print(line, flush=True)
+    print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     return 0
 
 

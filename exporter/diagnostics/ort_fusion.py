@@ -135,7 +135,10 @@ def why_not_fused(
     if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]:
         bias = dq_input(2)
         if bias is None and node.op_type == "Gemm":
-            return "its bias is float: QGemm takes a bias only as int32 through a DequantizeLinear"
+            return (
+                "its bias is float: QGemm takes a bias only as int32 through a DequantizeLinear "
+                "(add a float bias after the Gemm, as the exporter's optimize step does)"
+            )
         if bias is not None and initializers.get(bias.input[0]) is not None:
             if initializers[bias.input[0]].data_type != onnx.TensorProto.INT32:
                 return "its bias goes through a DequantizeLinear that is not int32"
