@@ -1,12 +1,17 @@
 """ONNX Runtime CPU latency of the quantized zoo: float against quantized, ours against torch.onnx.
 
-    python bench/quantized_latency.py [--runs 30] [--models quantized/resnet18_pt2e_x86,...]
+    python bench/quantized_latency.py [--runs 30] [--threads 1] [--models quantized/resnet18_pt2e_x86,...]
 
 For each case of ``model_zoo/quantized_cases.py``: the float model before quantization exported
 by ours, and the quantized model exported by ours and by ``torch.onnx.export(dynamo=True)``.
-All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread,
-ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine load falls on
-all alike. Prints per model: median milliseconds, the speed-up float / quantized, the size of
+All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread (or
+``--threads``), ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine
+load falls on all alike. Prints per model: the median CPU milliseconds of the thread that runs
+the graph (with one intra-op thread onnxruntime computes on the calling thread; on a loaded
+machine a run is preempted more often the longer it takes, which inflates wall-clock medians of
+the slower graphs, and CPU time leaves the waiting out; with ``--threads`` above 1 it counts
+only the calling thread's share), the fastest and the median wall-clock
+run, the speed-up float / quantized by CPU time and by fastest wall run, the size of
 each serialized model and of its weights (initializers), and each quantized graph's largest difference from the quantized eager
 model in the case's output quantization steps (``exporter.diagnostics.compare.compare_in_steps``).
 """
@@ -17,6 +22,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -27,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
-from ort_latency import _feeds, _session, _time  # noqa: E402
+from ort_latency import _feeds  # noqa: E402
 
 import exporter  # noqa: E402
 from exporter.diagnostics.compare import compare_in_steps  # noqa: E402
@@ -42,6 +48,24 @@ def _outputs(module, args, kwargs) -> list[np.ndarray]:
     return [o.detach().numpy() for o in out]
 
 
+def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def _time(session, feeds) -> tuple[float, float]:
+    """Wall seconds and the calling thread's CPU seconds of one run. With one intra-op thread
+    onnxruntime computes on the calling thread, so its CPU time leaves out the time the thread
+    waited for a core: on a loaded machine the steadier figure."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    session.run(None, feeds)
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
 def _weight_bytes(proto) -> int:
     """Bytes of the initializers as stored (int4 packed two to a byte)."""
     import onnx
@@ -51,47 +75,57 @@ def _weight_bytes(proto) -> int:
     )
 
 
-def bench_case(name: str, runs: int) -> list[str]:
+def bench_case(name: str, runs: int, threads: int = 1, opset: int = 21) -> list[str]:
     case = registry.get(name)
     quantized, args, kwargs = case.build()
     floating = quantized_cases.FLOAT_MODULES[name]()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graphs = {
-            "float": exporter.export(floating, args, kwargs=kwargs).model_proto,
-            "ours": exporter.export(quantized, args, kwargs=kwargs).model_proto,
+            "float": exporter.export(
+                floating, args, kwargs=kwargs, opset_version=opset
+            ).model_proto,
+            "ours": exporter.export(
+                quantized, args, kwargs=kwargs, opset_version=opset
+            ).model_proto,
         }
         try:
             graphs["torch.onnx"] = torch.onnx.export(
-                quantized, args, kwargs=kwargs, dynamo=True, verbose=False
+                quantized, args, kwargs=kwargs, dynamo=True, opset_version=opset, verbose=False
             ).model_proto
         except Exception as error:  # noqa: BLE001 - report whose export failed, keep going
             print(f"{name}: torch.onnx cannot export it: {type(error).__name__}")
     blobs = {key: proto.SerializeToString() for key, proto in graphs.items()}
     weights = {key: _weight_bytes(proto) for key, proto in graphs.items()}
-    sessions = {key: _session(blob, ALL) for key, blob in blobs.items()}
+    sessions = {key: _session(blob, threads) for key, blob in blobs.items()}
     feeds = {key: _feeds(session, args, kwargs) for key, session in sessions.items()}
-    times: dict[str, list[float]] = {key: [] for key in sessions}
+    walls: dict[str, list[float]] = {key: [] for key in sessions}
+    cpus: dict[str, list[float]] = {key: [] for key in sessions}
     order = list(sessions)
     for run in range(runs + 1):
         for key in order if run % 2 else reversed(order):
-            elapsed = _time(sessions[key], feeds[key])
+            wall, cpu = _time(sessions[key], feeds[key])
             if run:  # the first round warms up
-                times[key].append(elapsed)
+                walls[key].append(wall)
+                cpus[key].append(cpu)
     want = _outputs(quantized, args, kwargs)
     step = quantized_cases._STEP[name]
     lines = [f"{name}"]
-    median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    median = {key: statistics.median(values) * 1e3 for key, values in walls.items()}
+    fastest = {key: min(values) * 1e3 for key, values in walls.items()}
+    cpu = {key: statistics.median(values) * 1e3 for key, values in cpus.items()}
     for key in order:
         line = (
-            f"  {key:<10} {median[key]:8.2f} ms  model {len(blobs[key]) / 1e6:6.2f} MB"
-            f"  weights {weights[key] / 1e6:6.2f} MB"
+            f"  {key:<10} cpu {cpu[key]:7.2f} ms  wall min {fastest[key]:7.2f}"
+            f" median {median[key]:7.2f} ms"
+            f"  model {len(blobs[key]) / 1e6:6.2f} MB  weights {weights[key] / 1e6:6.2f} MB"
         )
         if key != "float":
             got = sessions[key].run(None, feeds[key])
             worst = max(compare_in_steps(w, g, step=step).max_abs / step for w, g in zip(want, got))
             line += (
-                f"  float/quantized {median['float'] / median[key]:5.2f}x"
+                f"  float/quantized {cpu['float'] / cpu[key]:5.2f}x (cpu)"
+                f" {fastest['float'] / fastest[key]:5.2f}x (wall min)"
                 f"  weights {weights['float'] / weights[key]:4.2f}x smaller"
                 f"  max diff from eager {worst:6.1f} steps"
             )
@@ -102,13 +136,22 @@ def bench_case(name: str, runs: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument(
+        "--opset", type=int, default=21, help="ONNX opset (21+: int4 blocked DequantizeLinear)"
+    )
     parser.add_argument("--models", default=",".join(quantized_cases.FLOAT_MODULES))
     options = parser.parse_args()
     torch.manual_seed(0)
-    print(f"onnxruntime {ort.__version__}, CPU, 1 thread, ORT_ENABLE_ALL, {options.runs} runs")
+    print(
+        f"onnxruntime {ort.__version__}, CPU, {options.threads} thread(s), ORT_ENABLE_ALL,"
+        f" opset {options.opset},"
+        f" {options.runs} runs, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
+    )
     for name in options.models.split(","):
-        for line in bench_case(name, options.runs):
+        for line in bench_case(name, options.runs, options.threads, options.opset):
             print(line, flush=True)
+    print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     return 0
 
 

@@ -32,7 +32,7 @@ import onnxscript.optimizer
 from onnxscript.rewriter import pattern
 
 from exporter import _dtypes
-from exporter.ops import _kernels, _opsets
+from exporter.ops import _kernels, _opsets, _quantized_rewrites
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -605,8 +605,8 @@ class _OpenMaskAttention(pattern.RewriteRuleClassBase):
 
 # --- entry point ------------------------------------------------------------------------------
 
-#: Rules for every opset, before the fusions.
-_SIMPLIFICATIONS = [_DecidedWhere.rule(), _OpenMaskAttention.rule()]
+#: Rules for every opset, before the fusions (and QDQ graphs into onnxruntime's fusable form).
+_SIMPLIFICATIONS = [_DecidedWhere.rule(), _OpenMaskAttention.rule(), *_quantized_rewrites.rules()]
 
 #: Per fused op, the rule sets that make it, applied one after the other.
 _RULES: list[tuple[str, Callable[[], list[list]]]] = [

@@ -1,7 +1,10 @@
 """Quantized models: torchvision CNNs quantized with PT2E (torchao's ``prepare_pt2e`` /
 calibration / ``convert_pt2e``, X86InductorQuantizer's default scheme: uint8 activations, int8
-weights per channel) and a tiny BERT after torchao's ``quantize_`` with int8 dynamic
-activation + int8 weight.
+weights per channel), a tiny BERT after torchao's ``quantize_`` with int8 dynamic
+activation + int8 weight, and a small LLaMA with int4 weight-only (``IntxWeightOnlyConfig``,
+group 32, the embedding too): at opset 21+ int4 initializers and blocked DequantizeLinear,
+which onnxruntime runs as MatMulNBits (it quantizes activations to int8 per block there,
+accuracy_level 4: about one 1/16 "step" off on logits of size 4).
 
 Family ``quantized``, tier ``full``; select them with ``--tier full --models 'quantized/*'``.
 Static shapes: PT2E quantizes a program captured at the example shapes. torchao is optional:
@@ -13,6 +16,14 @@ module twice, so the quantizer's ReLU partition has two outputs. No quantizer se
 (global, per module type, per function type, QAT all stop there); the case gives each block a
 ReLU that calls ``F.relu`` (the same function, one partition per call) and keeps the default
 X86 config.
+
+``*_qadd``: the same models quantized for onnxruntime rather than Inductor. The X86 scheme
+annotates conv + residual add (+ relu) as one pattern for Inductor's fused kernel and leaves the
+conv's output float: onnxruntime has no kernel for a quantized conv with a float output, so
+those convs (8 of resnet18's 20, 10 of mobilenet_v2's 52) run in float with their int8 weights
+dequantized on every run, which alone keeps the model slower than float in onnxruntime. The
+``_qadd`` quantizer quantizes both inputs of each residual add instead (onnxruntime's own
+quantization tool's choice), so every conv fuses into QLinearConv and every add into QLinearAdd.
 
 Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
 ``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
@@ -76,14 +87,48 @@ def _last_quantize_scale(graph_module: torch.fx.GraphModule) -> float:
     return scales[-1]
 
 
-def _pt2e(module: nn.Module, name: str, make_inputs, sizes) -> nn.Module:
+def _residual_add_quantizer():
+    """X86InductorQuantizer's scheme with each residual add quantized on both inputs, as
+    onnxruntime's own quantization tool does it, instead of the conv+add(+relu) pattern the
+    Inductor scheme annotates for its fused kernel (the conv's output stays float there, so
+    onnxruntime cannot make that conv a QLinearConv). The conv feeding the add then ends in a
+    QuantizeLinear (QLinearConv) and the add becomes QLinearAdd."""
+    from torch.fx import Node
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    adds = (torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor)
+
+    class ResidualAddQuantizer(x86.X86InductorQuantizer):
+        def _annotate_conv2d_binary_unary(self, *args, **kwargs) -> None:
+            pass
+
+        def _annotate_conv2d_binary(self, *args, **kwargs) -> None:
+            pass
+
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            super().annotate(model)
+            activation = x86.get_default_x86_inductor_quantization_config().input_activation
+            for node in model.graph.nodes:
+                inputs = node.args[:2]
+                if node.target in adds and all(isinstance(a, Node) for a in inputs):
+                    node.meta[x86.QUANT_ANNOTATION_KEY] = x86._X86InductorQuantizationAnnotation(
+                        input_qspec_map={a: activation for a in inputs}, _annotated=True
+                    )
+            return model
+
+    return ResidualAddQuantizer()
+
+
+def _pt2e(
+    module: nn.Module, name: str, make_inputs, sizes, residual_adds: bool = False
+) -> nn.Module:
     from torchao.quantization import pt2e
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     args, _ = make_inputs(sizes)
     captured = torch.export.export(module.eval(), args).module()
-    quantizer = x86.X86InductorQuantizer()
+    quantizer = _residual_add_quantizer() if residual_adds else x86.X86InductorQuantizer()
     quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(captured, quantizer)
     for seed in range(4):  # calibration: inputs like the example, other draws
@@ -151,12 +196,17 @@ def _register_quantized(name, make_float, make_module, make_inputs, notes: str) 
     )
 
 
-def _register_pt2e(model_name: str, prepare: Callable[[nn.Module], None] | None, notes: str):
+def _register_pt2e(
+    model_name: str,
+    prepare: Callable[[nn.Module], None] | None,
+    notes: str,
+    residual_adds: bool = False,
+):
     import torchvision
 
     from model_zoo.torchvision_cases import _deterministic
 
-    name = f"quantized/{model_name}_pt2e_x86"
+    name = f"quantized/{model_name}_pt2e_x86" + ("_qadd" if residual_adds else "")
     sizes = {"batch": 2}
 
     def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
@@ -171,7 +221,7 @@ def _register_pt2e(model_name: str, prepare: Callable[[nn.Module], None] | None,
         return module.eval()
 
     def make_module() -> nn.Module:
-        return _pt2e(make_float(), name, make_inputs, sizes)
+        return _pt2e(make_float(), name, make_inputs, sizes, residual_adds)
 
     _register_quantized(name, make_float, make_module, make_inputs, notes)
 
@@ -210,6 +260,59 @@ def _register_bert_int8_dynamic() -> None:
     )
 
 
+#: The int4 LLaMA: large enough that its weights, not the graph, fill the file.
+_LLAMA_INT4 = {
+    "vocab_size": 2048,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 128,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def _register_llama_int4(group: int = 32) -> None:
+    from model_zoo import transformers_cases as hf
+
+    name = f"quantized/llama_int4_weight_only_g{group}"
+    make_text = hf._text_inputs(name)
+
+    def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
+        return make_text({**hf._SEQUENCE_SIZES, **axis_sizes})
+
+    def make_float() -> nn.Module:
+        return hf._decoder("LlamaConfig", "LlamaForCausalLM", _LLAMA_INT4, name)
+
+    def make_module() -> nn.Module:
+        from torchao.quantization import IntxWeightOnlyConfig, quantize_
+        from torchao.quantization.granularity import PerGroup
+
+        module = make_float()
+        config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group))
+        # every Linear (the lm_head too) and the token embedding
+        quantize_(module, config, filter_fn=lambda m, _: isinstance(m, (nn.Linear, nn.Embedding)))
+        # weight-only: activations stay float; a logit's step is about one int4 code of a
+        # weight times an activation, taken as 1/16 of the logits' typical size
+        _STEP[name] = 1.0 / 16
+        return module
+
+    _register_quantized(
+        name,
+        make_float,
+        make_module,
+        make_inputs,
+        (
+            f"LlamaForCausalLM (2 layers, hidden 256, vocab 2048) after torchao quantize_ with "
+            f"IntxWeightOnlyConfig(int4, PerGroup({group})) on every Linear and the embedding: "
+            "int4 initializers, blocked DequantizeLinear (opset 21+; MatMulNBits in onnxruntime)."
+        ),
+    )
+
+
 @functools.cache
 def _register_all() -> None:
     if not _torchao_available():
@@ -226,7 +329,25 @@ def _register_all() -> None:
         "torchvision resnet18, PT2E with X86InductorQuantizer's default config after giving "
         "each BasicBlock a ReLU of its own (the shared nn.ReLU stops prepare_pt2e).",
     )
+    _register_pt2e(
+        "resnet18",
+        _unshare_relus,
+        "torchvision resnet18 (ReLUs unshared as above), PT2E with X86InductorQuantizer's "
+        "default config except that each residual add is quantized on both inputs (as "
+        "onnxruntime's quantization tool does) instead of annotated with its conv for "
+        "Inductor: every conv becomes a QLinearConv, the adds QLinearAdd.",
+        residual_adds=True,
+    )
+    _register_pt2e(
+        "mobilenet_v2",
+        None,
+        "torchvision mobilenet_v2, PT2E with X86InductorQuantizer's default config except "
+        "that each residual add is quantized on both inputs: every conv a QLinearConv, every "
+        "add a QLinearAdd.",
+        residual_adds=True,
+    )
     _register_bert_int8_dynamic()
+    _register_llama_int4()
 
 
 _register_all()

@@ -28,6 +28,9 @@ FUSED_FORMS = {
     "Gemm": ("QGemm",),
     "MatMul": ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulNBits", "DynamicQuantizeMatMul"),
 }
+#: onnxruntime's float kernels that take in a Conv/Gemm with the Add/activation after it: still
+#: float, named as not fused (the name is the Conv's or the Gemm's).
+FLOAT_FUSIONS = ("FusedConv", "FusedGemm")
 #: onnxruntime's names for fused kernels it may leave in place of those above.
 QUANTIZED_KERNELS = frozenset(kind for forms in FUSED_FORMS.values() for kind in forms) | frozenset(
     ("MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearGlobalAveragePool")
@@ -88,7 +91,7 @@ def check_fusion(model: onnx.ModelProto, expected: Mapping[str, int]) -> FusionR
         f"{node.op_type} {node.name!r}: {why_not_fused(model, original.get(node.name), node)}"
         for node in optimized.graph.node
         if (node.op_type in FUSED_FORMS and node.domain in ("", "ai.onnx"))
-        or node.op_type == "FusedGemm"
+        or node.op_type in FLOAT_FUSIONS
     ]
     return FusionReport(counts=counts, missing=missing, unfused=unfused)
 
@@ -135,13 +138,22 @@ def why_not_fused(
     if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]:
         bias = dq_input(2)
         if bias is None and node.op_type == "Gemm":
-            return "its bias is float: QGemm takes a bias only as int32 through a DequantizeLinear"
+            return (
+                "its bias is float: QGemm takes a bias only as int32 through a DequantizeLinear "
+                "(add a float bias after the Gemm, as the exporter's optimize step does)"
+            )
         if bias is not None and initializers.get(bias.input[0]) is not None:
             if initializers[bias.input[0]].data_type != onnx.TensorProto.INT32:
                 return "its bias goes through a DequantizeLinear that is not int32"
     users = consumers.get(node.output[0], [])
     if node.op_type == "Conv" and not any(u.op_type == "QuantizeLinear" for u in users):
-        return "its output is not quantized again (QLinearConv needs a QuantizeLinear after it)"
+        why = "its output is not quantized again (QLinearConv needs a QuantizeLinear after it)"
+        if any(u.op_type == "Add" for u in users):
+            why += (
+                "; it feeds a float Add: X86InductorQuantizer annotates conv + residual add "
+                "for Inductor's fused kernel, quantizing the add's inputs instead lets it fuse"
+            )
+        return why
     return "no condition named here fails; see onnxruntime's qdq_selectors.cc"
 
 

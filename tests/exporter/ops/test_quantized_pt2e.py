@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import functools
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -136,15 +137,52 @@ def test_quantized_integers_and_outputs_match_eager():
     assert codes.ok, codes.message
 
 
-def test_onnxruntime_fuses_convs_and_names_why_the_gemm_did_not():
-    _, x, program = _exported(bias=True)
-    report = ort_fusion.check_fusion(program.model_proto, {"QLinearConv": 2})
+def test_the_linear_with_a_float_bias_fuses_into_qgemm():
+    # PT2E leaves a Linear's bias in float; onnxruntime's QGemm rule wants every Gemm input
+    # dequantized, so the export adds the bias after the Gemm (exporter/ops/_quantized_rewrites.py)
+    model, x, program = _exported(bias=True)
+    gemm = next(n for n in program.model.graph if n.op_type == "Gemm")
+    assert len(gemm.inputs) == 2
+    assert [use.op_type for use, _ in gemm.outputs[0].uses()] == ["Add"]
+    report = ort_fusion.check_fusion(program.model_proto, {"QLinearConv": 2, "QGemm": 1})
     assert report.ok, report.summary()
-    # a float Linear bias: QGemm takes a bias only as int32 through DequantizeLinear
-    assert report.counts["QGemm"] == 0
-    assert any("bias is float" in line for line in report.unfused), report.summary()
-    missing = ort_fusion.check_fusion(program.model_proto, {"QGemm": 1})
-    assert not missing.ok and "QGemm: expected 1, found 0" in missing.missing
+    assert not report.unfused, report.summary()
+    got = _session(program, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": x.numpy()})
+    nodes = _quant_nodes(model)
+    step = float([n for n in nodes if n.target.__name__.startswith("quantize")][-1].args[1])
+    result = compare_in_steps(model(x).detach().numpy(), got[0], step=step)
+    assert result.ok, result.message
+
+
+def test_the_fusion_check_names_why_a_gemm_with_a_float_bias_did_not_fuse():
+    # a Gemm written by hand with its float bias inside: onnxruntime keeps it in float
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    initializers = [
+        numpy_helper.from_array(np.ones((4, 8), np.int8), "w"),
+        numpy_helper.from_array(np.full(4, 0.5, np.float32), "w_scale"),
+        numpy_helper.from_array(np.zeros(4, np.int8), "w_zero"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(3, np.uint8), "x_zero"),
+        numpy_helper.from_array(np.ones(4, np.float32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["x"]),
+        helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero"], ["wf"], axis=0),
+        helper.make_node("Gemm", ["x", "wf", "bias"], ["y"], transB=1, name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("xq", onnx.TensorProto.UINT8, [2, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    report = ort_fusion.check_fusion(model, {"QGemm": 1})
+    assert not report.ok and "QGemm: expected 1, found 0" in report.missing
+    assert any("'fc'" in line and "bias is float" in line for line in report.unfused), (
+        report.summary()
+    )
 
 
 def test_without_a_bias_the_linear_fuses_into_qgemm():
