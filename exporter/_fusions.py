@@ -31,7 +31,7 @@ import onnx_ir.passes.common as common
 import onnxscript.optimizer
 from onnxscript.rewriter import pattern
 
-from exporter import _dtypes
+from exporter import _dtypes, _passes
 from exporter.ops import _kernels, _opsets, _quantized_rewrites
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -639,16 +639,21 @@ def fuse(model: ir.Model) -> dict[str, int]:
     counts: dict[str, int] = {}
     if opset is None:
         return counts
-    counts["simplified"] = pattern.RewriteRuleSet(_SIMPLIFICATIONS).apply_to_model(model)
+    counts["simplified"] = pattern.RewriteRuleSet(
+        _passes.local_rules(_SIMPLIFICATIONS)
+    ).apply_to_model(model)
     for op_type, rule_sets in _RULES:
         if _opsets.has(op_type, opset):
-            *prepare, make = (pattern.RewriteRuleSet(rules, commute=True) for rules in rule_sets())
+            *prepare, make = (
+                pattern.RewriteRuleSet(_passes.local_rules(rules), commute=True)
+                for rules in rule_sets()
+            )
             for rule_set in prepare:
                 rule_set.apply_to_model(model)
             counts[op_type] = make.apply_to_model(model)
     for op_type, rules in _ONNXRUNTIME_FORMS:
         if not _opsets.has(op_type, opset):
-            rule_set = pattern.RewriteRuleSet(rules(), commute=True)
+            rule_set = pattern.RewriteRuleSet(_passes.local_rules(rules()), commute=True)
             counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per
