@@ -897,7 +897,7 @@ def _low_precision_reference(case: OpCase, tolerance, skip: bool, module, input_
     where a per-op override sets the tolerance instead."""
     from exporter.diagnostics.compare import load_reference_rule
 
-    if case.dtype not in LOW_PRECISION or skip or not tolerance.source.startswith("dtype "):
+    if case.dtype not in LOW_PRECISION or skip or tolerance.overridden:
         return None, None, None
     rule = load_reference_rule(case.tolerances_path or OP_TOLERANCES_PATH)
     outcome.extra["tolerance_source"] = (

@@ -614,6 +614,8 @@ class Tolerance:
     rtol: float
     atol: float
     source: str  # "dtype f32" or "override nn.functional.conv2d: <reason>"
+    #: Set by a per-op override entry (the dtype's default otherwise).
+    overridden: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -640,6 +642,7 @@ class Policy:
                     float(entry["rtol"]),
                     float(entry["atol"]),
                     f"override {entry['op']}: {entry.get('reason', '')}".rstrip(": "),
+                    overridden=True,
                 )
         if dtype not in self.by_dtype:
             raise KeyError(f"the tolerance policy has no [dtype.{dtype}] table")
