@@ -210,7 +210,11 @@ def project_args(
             if not isinstance(item, (str, int)) or isinstance(item, bool):
                 raise UsageProblem(f"{pyproject} [tool.onnx-conformance] {key}: got {item!r}")
             item = str(item)
-            if key in PROJECT_PATH_KEYS and (key != "cases" or item.endswith(".py")):
+            if key in PROJECT_PATH_KEYS and (
+                key != "cases"
+                or item.endswith(".py")
+                or (pyproject.parent / item / "config.json").exists()
+            ):
                 item = str(pyproject.parent / item)
             added.append(f"{option}={item}")
     return added + args
@@ -259,7 +263,8 @@ result (a failure no expectation names, or an expected failure that passed), 2 i
 import: its file:line is printed), 5 nothing selected; 6 some collected cases have no row
 (see the report's banner; --resume runs them); 7 another run holds RESULTS.
 
-Your own models: --cases FILE|MODULE (see conformance/user_cases.py), or a
+Your own models: --cases FILE|MODULE (see conformance/user_cases.py) or a transformers
+model FOLDER holding config.json (weights optional), or a
 [tool.onnx-conformance] table in ./pyproject.toml with any of the keys cases, opsets,
 providers, shapes, exporters, expectations, results, reports-out (paths relative to it; the
 command line wins). Installed, the command is also `onnx-conformance run ...`.

@@ -212,11 +212,15 @@ def use_extra_case_files(entries: Sequence[str], zoo: bool = False) -> None:
             resolved.append(entry)
             continue
         path = Path(entry).resolve()
-        if not path.is_file():
+        if _is_module_name(entry) and (path / "__init__.py").is_file():
+            if not (path / "config.json").exists():  # a package, not a transformers folder
+                resolved.append(entry)
+                continue
+        if not (path.is_file() or path.is_dir()):
             raise ValueError(
                 f"--cases {entry}: no such file, and not a module name; give a Python file or "
                 "module that defines model_cases() returning a list of "
-                "conformance.user_cases.ModelCase"
+                "conformance.user_cases.ModelCase, or a transformers model folder"
             )
         resolved.append(str(path))
     if resolved and zoo:
@@ -269,24 +273,36 @@ def _import_error(entry: str, exc: BaseException) -> str:
     return f"--cases {entry}: {where}: {type(exc).__name__}: {exc}"
 
 
+def _cases_of_source(index: int, entry: str) -> list:
+    """What ``model_cases()`` of one case file or module returns; a ``ValueError`` naming the
+    entry (and the file:line of the user's code) when it cannot be had."""
+    try:
+        module = _import_cases_source(index, entry)
+        factory = getattr(module, "model_cases", None)
+        if factory is None:
+            raise ValueError(f"--cases {entry}: defines no model_cases() function")
+        return list(factory())
+    except ValueError as exc:
+        if str(exc).startswith("--cases"):
+            raise
+        raise ValueError(_import_error(entry, exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - the user's code: any error is named, not raised
+        raise ValueError(_import_error(entry, exc)) from exc
+
+
 @functools.cache
 def _extra_cases(entries: tuple[str, ...]) -> dict[str, ModelCase]:
     from conformance import user_cases
 
     found: dict[str, ModelCase] = {}
     for index, entry in enumerate(entries):
-        try:
-            module = _import_cases_source(index, entry)
-            factory = getattr(module, "model_cases", None)
-            if factory is None:
-                raise ValueError(f"--cases {entry}: defines no model_cases() function")
-            cases = list(factory())
-        except ValueError as exc:
-            if str(exc).startswith("--cases"):
-                raise
-            raise ValueError(_import_error(entry, exc)) from exc
-        except Exception as exc:  # noqa: BLE001 - the user's code: any error is named, not raised
-            raise ValueError(_import_error(entry, exc)) from exc
+        if os.path.isabs(entry) and os.path.isdir(entry):  # a transformers model folder
+            try:
+                cases = [user_cases.ModelCase.from_transformers_folder(entry)]
+            except ValueError as exc:
+                raise ValueError(f"--cases: {exc}") from exc
+        else:
+            cases = _cases_of_source(index, entry)
         for case in cases:
             if isinstance(case, user_cases.ModelCase):
                 case = case.runner_case()
@@ -609,6 +625,8 @@ def _build(key: ModelCaseId, case, outcome) -> tuple[Any, tuple, dict, Any]:
             module, args, kwargs, moved = on_cpu(module, args, kwargs)
             if moved:
                 outcome.extra["moved_to_cpu"] = "; ".join(moved)
+        if getattr(case, "row_notes", ""):
+            outcome.extra["case_notes"] = case.row_notes
         second = case.second_inputs(args, kwargs) if key.dynamic else None
     except Exception as exc:
         raise StageFailed(Stage.EXPORT, _setup_error("building the model case", exc)) from exc

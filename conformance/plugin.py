@@ -203,9 +203,9 @@ def _add_case_source_options(group) -> None:
         "--cases",
         dest="cases",
         action="append",
-        metavar="FILE|MODULE",
+        metavar="FILE|MODULE|FOLDER",
         help="your own model cases: a Python file or module defining model_cases() (see "
-        "conformance/user_cases.py); replaces the zoo (unless --zoo), and op cases run only with --ops "
+        "conformance/user_cases.py), or a transformers model folder (config.json); replaces the zoo (unless --zoo), and op cases run only with --ops "
         "(repeatable)",
     )
     group.addoption(

@@ -19,6 +19,11 @@ or ``{"batch": 2}`` per axis), or given outright by ``second_inputs(args, kwargs
 kwargs)``. ``rtol``/``atol`` replace the default model tolerance; ``family`` groups cases in the
 reports. A case without ``dynamic_shapes`` (nor ``second_inputs``) has static cases only.
 
+A local transformers model folder is a case too: ``--cases path/to/folder`` (a folder holding
+``config.json``; weights optional, seeded random weights when absent) or
+``ModelCase.from_transformers_folder(path)`` in a case file; its inputs are built from the
+model's kind (``conformance/transformers_folder.py``).
+
 The file's folder is importable from the file (``import mymodels`` beside it works), a module
 is imported with the current folder at the *end* of ``sys.path`` (the harness's own packages
 win over folders of the same name). A model built on a GPU runs on CPU when the provider is
@@ -71,6 +76,17 @@ class ModelCase:
         if (self.rtol is None) != (self.atol is None):
             raise ValueError(f"ModelCase {self.name!r}: give both rtol and atol, or neither")
 
+    @classmethod
+    def from_transformers_folder(cls, folder, name: str | None = None, **options: Any):
+        """The case of a local transformers folder (``config.json``, weights optional: seeded
+        random weights when absent), named ``local/<folder name>`` unless ``name`` is given,
+        its inputs built from the model's kind (``conformance/transformers_folder.py``).
+        ``options`` are this class's (``tier``, ``rtol``/``atol``, ``dynamic_shapes``...);
+        a ``ValueError`` names a folder that cannot be a case and what to do."""
+        from conformance.transformers_folder import folder_case
+
+        return folder_case(folder, name, **options)
+
     @property
     def tags(self) -> frozenset[str]:
         return frozenset(TIERS[TIERS.index(self.tier) :])
@@ -114,6 +130,11 @@ class RunnerCase:
     def build(self):
         module, args, kwargs = self.case._build()
         return module.eval(), args, kwargs
+
+    @property
+    def row_notes(self) -> str:
+        """The case's notes, kept in each of its rows (``case_notes``)."""
+        return self.case.notes
 
     def second_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Inputs:
         if self.case.second_inputs is not None:
