@@ -199,8 +199,10 @@ class FolderModel:
 
             model = self.model_class(self.config)
             reinit_(model, seed_for(self.name))
-        if hasattr(model.config, "use_cache"):
-            model.config.use_cache = False  # outputs without a key/value cache
+        for part in model.modules():  # outputs without a key/value cache; an encoder-decoder's
+            config = getattr(part, "config", None)  # decoder has a config of its own
+            if hasattr(config, "use_cache"):
+                config.use_cache = False
         return model.eval()
 
 
