@@ -21,15 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TEXT = {"input_ids", "attention_mask"}
 
 
+#: The sizes every tiny encoder config below shares.
+SMALL = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2}
+TEXT_SIZES = {**SMALL, "vocab_size": 64, "intermediate_size": 32, "max_position_embeddings": 32}
+
+
 def _bert():
-    return transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
+    return transformers.BertConfig(**TEXT_SIZES)
 
 
 def _gpt2():
@@ -45,27 +43,11 @@ def _gpt2():
 
 
 def _llama():
-    return transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
+    return transformers.LlamaConfig(**TEXT_SIZES, num_key_value_heads=1)
 
 
 def _vit():
-    return transformers.ViTConfig(
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        image_size=16,
-        patch_size=8,
-        num_channels=3,
-    )
+    return transformers.ViTConfig(**SMALL, intermediate_size=32, image_size=16, patch_size=8)
 
 
 def _t5():
