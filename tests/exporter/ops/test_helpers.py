@@ -94,6 +94,23 @@ def test_dim_size_is_an_int_when_static_and_a_shape_slice_when_not():
     assert static.producer().attributes["value"].as_tensor().numpy().tolist() == [2]
 
 
+def test_dim_0d_is_a_0d_constant_when_static_and_a_squeezed_shape_slice_when_not():
+    """The one helper linalg's loops, eigh/svd and cummax/cummin take a 0-d axis size from."""
+    ctx = _ctx()
+    x = _value([2, None, 5])
+    static = _shape.dim_0d(ctx, x, -1)
+    assert static.producer().op_type == "Constant"
+    assert static.producer().attributes["value"].as_tensor().numpy().tolist() == 5
+    assert static.shape == ir.Shape([])
+    dynamic = _shape.dim_0d(ctx, x, 1)
+    squeeze = dynamic.producer()
+    assert squeeze.op_type == "Squeeze"
+    sliced, axes = squeeze.inputs
+    assert sliced.producer().op_type == "Shape"
+    assert _attrs(sliced) == {"start": 1, "end": 2}
+    assert axes.producer().attributes["value"].as_tensor().numpy().tolist() == [0]
+
+
 def test_dim_size_rejects_an_out_of_range_dim_by_name():
     with pytest.raises(IndexError, match="dim 3 is out of range for a tensor of rank 3"):
         _shape.dim_size(_ctx(), _value([2, None, 5]), 3)
