@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import operator
+from pathlib import Path
 
 import onnx_ir as ir
 import pytest
@@ -131,6 +133,33 @@ def test_reshape_takes_allowzero_by_keyword_only_and_without_default():
         _shape.reshape(ctx, x, [3, 2])
     assert _attrs(_shape.reshape(ctx, x, [3, 0], allowzero=True)) == {"allowzero": 1}
     assert _attrs(_shape.reshape(ctx, x, [3, 2], allowzero=False)) == {}
+
+
+def test_reshape_takes_a_target_value_as_it_is():
+    ctx, x = _ctx(), _value([2, 3])
+    target = ctx.op.Shape(_value([3, 2]))
+    out = _shape.reshape(ctx, x, target, allowzero=True)
+    assert out.producer().inputs[1] is target
+    assert _attrs(out) == {"allowzero": 1}
+
+
+def test_translations_reshape_with_allowzero_only_through_the_helper():
+    """ONNX's two meanings of a 0 in a Reshape target are chosen in one place,
+    ``_shape.reshape``'s required ``allowzero``: no translation spells the attribute itself."""
+    ops = Path(_shape.__file__).parent
+    spelled = []
+    for path in sorted(ops.glob("*.py")):
+        if path.name == "_shape.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "Reshape"
+                and any(keyword.arg == "allowzero" for keyword in node.keywords)
+            ):
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert not spelled, f"use _shape.reshape(..., allowzero=True) instead: {spelled}"
 
 
 def test_reduce_axes_wraps_negative_dims_and_rejects_out_of_range_ones():
