@@ -282,7 +282,7 @@ def run_session(session: Any, feeds: dict[str, np.ndarray]) -> list[torch.Tensor
 
     values = {}
     for name, array in feeds.items():
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d array 1-D
         if array.dtype in _ML_DTYPES:
             raw = array.view(np.uint16 if array.dtype.itemsize == 2 else np.uint8)
             onnx_type = int(_ML_DTYPES[array.dtype][1])

@@ -113,23 +113,11 @@ def _unclashed(names: Sequence[str | None], taken: set[str]) -> list[str | None]
 
 def name_outputs(model: Any, program: torch.export.ExportedProgram) -> None:
     """Rename ``model``'s graph outputs after their structure (see the module's docstring);
-    outputs that cannot all be named keep their FX names. A returned weight becomes an output
-    through an Identity, so the weight keeps its name. Bisection's FX-node-to-value map follows
-    the new names."""
-    from exporter import _passes, _validate
-    from exporter._translate import FX_VALUES_KEY
+    outputs that cannot all be named keep their FX names. ``_validate.apply_io_names`` renames
+    them, as it does the caller's ``output_names``: a returned weight keeps its name, and
+    bisection's FX-node-to-value map follows the new names."""
+    from exporter import _validate
 
     names = structured_names(model, program)
-    if names is None:
-        return
-    graph = model.graph
-    for index, (value, name) in enumerate(zip(list(graph.outputs), names)):
-        if value.is_initializer() and value.name != name:
-            _passes.alias_output(graph, index)  # a returned weight keeps its name
-    before = {value.name: value for value in _validate._all_values(graph)}
-    _validate.apply_io_names(model, None, names, None)
-    fx_values = graph.meta.get(FX_VALUES_KEY)
-    if fx_values:
-        for node, name in fx_values.items():
-            if name in before:
-                fx_values[node] = before[name].name
+    if names is not None:
+        _validate.apply_io_names(model, None, names, None)

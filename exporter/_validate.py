@@ -518,10 +518,16 @@ def apply_io_names(
     there is one name per flattened input, baked-in inputs (static Python scalars, None) included,
     each name goes to its own input and the baked ones are skipped. Names beyond the graph's
     inputs or outputs are not used (torch.onnx ignores them silently; we warn).
+
+    A returned weight becomes an output through an Identity, so the weight keeps its name
+    (``apply_weights`` finds it by its state-dict name); bisection's FX-node-to-value map
+    follows every value renamed here.
     """
     from exporter import _metadata
+    from exporter._passes import alias_output
 
     graph = model.graph
+    before = {v.name: v for v in _all_values(graph)}
     if input_names is not None and plan is not None:
         graph_count = sum(not entry.baked for entry in plan)
         if len(input_names) == len(plan) and len(plan) != graph_count:
@@ -543,9 +549,11 @@ def apply_io_names(
                 UserWarning,
                 stacklevel=5,  # export()'s caller, through the pipeline
             )
-        for name, value in zip(names, values):
+        for index, (name, value) in enumerate(zip(names, values)):
             if value.name == name:
                 continue
+            if what == "output_names" and value.is_initializer():
+                value = alias_output(graph, index)  # a returned weight keeps its name
             other = taken.get(name)
             if other is not None and other is not value:
                 if other in graph.inputs or other in graph.outputs:
@@ -560,6 +568,17 @@ def apply_io_names(
             value.metadata_props.setdefault(_metadata.ORIGINAL_NAME, value.name or "")
             value.name = name
             taken[name] = value
+    _follow_renames(graph, before)
+
+
+def _follow_renames(graph: Any, before: Mapping[str, Any]) -> None:
+    """Point bisection's FX-node-to-value map (``FX_VALUES_KEY``) at the values' new names."""
+    from exporter._translate import FX_VALUES_KEY
+
+    fx_values = graph.meta.get(FX_VALUES_KEY)
+    for node, name in (fx_values or {}).items():
+        if name in before:
+            fx_values[node] = before[name].name
 
 
 def _all_values(graph: Any) -> list[Any]:

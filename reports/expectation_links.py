@@ -36,9 +36,13 @@ class EntryPlace:
     link: str
 
 
-def expectations_file(row: CaseResult, folder: Path = EXPECTATIONS_DIR) -> Path:
-    name = f"{row.exporter}.toml" if row.kind == "op" else f"models-{row.exporter}.toml"
-    return folder / name
+def expectations_file(row: CaseResult, folder: Path = EXPECTATIONS_DIR) -> Path | None:
+    """The file the row's kind keeps its exporter's expectations in (``CaseKind``'s rule, the
+    one the harness judges by); None for a kind the table does not know."""
+    from conformance.case import KINDS  # the reports package loads without the harness
+
+    kind = KINDS.get(row.kind)
+    return kind.expectations_file(folder, row.exporter) if kind is not None else None
 
 
 def read_entries(path: Path) -> list[EntryPlace]:
@@ -69,6 +73,8 @@ class ExpectationLinks:
         if not row.expectation:
             return None
         path = expectations_file(row, self.folder)
+        if path is None:
+            return None
         if path not in self._files:
             self._files[path] = read_entries(path)
         for place in self._files[path]:

@@ -55,7 +55,9 @@ class Comparison:
 def compare_exporters(rows: Sequence[CaseResult]) -> list[Comparison]:
     """One comparison per kind that was run with two or more exporters."""
     comparisons = []
-    for kind, kind_rows in sorted(group_by(rows, lambda r: r.kind).items(), key=_kind_order):
+    by_kind = group_by(rows, lambda r: r.kind)
+    for kind in ordered(by_kind, "kind"):
+        kind_rows = by_kind[kind]
         exporters = ordered((row.exporter for row in kind_rows), "exporter")
         if len(exporters) < 2:
             continue
@@ -65,7 +67,3 @@ def compare_exporters(rows: Sequence[CaseResult]) -> list[Comparison]:
         shared = {key: cell for key, cell in by_key.items() if len(cell) == len(exporters)}
         comparisons.append(Comparison(kind, exporters, dict(sorted(shared.items()))))
     return comparisons
-
-
-def _kind_order(item: tuple[str, list[CaseResult]]) -> tuple[int, str]:
-    return ({"op": 0, "model": 1}.get(item[0], 2), item[0])

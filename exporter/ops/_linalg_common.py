@@ -120,10 +120,7 @@ def gauss_jordan(
     a = ctx.cast(a, work)
     rhs = None if rhs is None else ctx.cast(rhs, work)
     elim = _Elimination(rank, work, track)
-    if n_static is None:
-        n = ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
-    else:
-        n = ctx.const(n_static, i64)
+    n = ctx.const(n_static, i64) if n_static is not None else S.dim_0d(ctx, a, rank - 1)
     row_ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     batch_shape = ctx.op.Shape(a, start=0, end=rank - 2)
     det = S.constant_of_shape(ctx, batch_shape, 1.0 if track == "det" else 0.0, work)

@@ -98,6 +98,12 @@ def dim_value(ctx: TranslationContext, x: ir.Value, dim: int) -> ir.Value:
     return as_1d(ctx, dim_size(ctx, x, dim))
 
 
+def dim_0d(ctx: TranslationContext, x: ir.Value, dim: int) -> ir.Value:
+    """``dim_size`` as a 0-d int64 value (a ``Range`` end, a loop's trip count): a constant
+    when static."""
+    return as_0d(ctx, dim_size(ctx, x, dim))
+
+
 def shape_value(
     ctx: TranslationContext, x: ir.Value, start: int = 0, end: int | None = None
 ) -> ir.Value:

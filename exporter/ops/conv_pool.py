@@ -304,10 +304,11 @@ def _window_sum(ctx, x, n, kernel, strides, pads, ceil_mode):
     if ceil_mode:
         pads = pads[:n] + [p + s - 1 for p, s in zip(pads[n:], strides)]
     summed = ctx.op.Conv(planes, ones, strides=strides, pads=pads)
-    return ctx.op.Reshape(
+    return reshape(
+        ctx,
         summed,
         ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.op.Shape(summed, start=2), axis=0),
-        allowzero=1,
+        allowzero=True,
     )
 
 
@@ -645,7 +646,7 @@ def _max_unpool(ctx, self, indices, output_size):
         ctx.op.Concat(lead, ctx.op.ReduceProd(sizes, keepdims=1), axis=0),
     )
     scattered = ctx.op.ScatterElements(zeros, flat_indices, flat_values, axis=-1)
-    return ctx.op.Reshape(scattered, ctx.op.Concat(lead, sizes, axis=0), allowzero=1)
+    return reshape(ctx, scattered, ctx.op.Concat(lead, sizes, axis=0), allowzero=True)
 
 
 @translates(aten.max_unpool2d.default)
@@ -692,7 +693,7 @@ def max_pool_backward(
         ctx.op.Concat(lead, prod_of_dims(ctx, self, rank - n), axis=0),
     )
     scattered = ctx.op.ScatterElements(zeros, flat_idx, flat_grad, axis=-1, reduction="add")
-    return ctx.cast(ctx.op.Reshape(scattered, ctx.op.Shape(self), allowzero=1), dtype)
+    return ctx.cast(reshape(ctx, scattered, ctx.op.Shape(self), allowzero=True), dtype)
 
 
 @translates(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)

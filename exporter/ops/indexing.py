@@ -562,7 +562,7 @@ def masked_scatter(ctx, self, mask, source):
     # One spare element keeps the gather in range when source is empty (no True in mask).
     pool = ctx.op.Concat(_flat(ctx, ctx.cast(source, dtype)), ctx.const([0], dtype), axis=0)
     picked = ctx.op.Gather(pool, position, axis=0)
-    return ctx.op.Reshape(_kernels.where(ctx, flags, picked, data), target, allowzero=1)
+    return S.reshape(ctx, _kernels.where(ctx, flags, picked, data), target, allowzero=True)
 
 
 @translates(aten.masked_select.default)
@@ -641,7 +641,7 @@ def put(ctx, self, index, source, accumulate=False):
         0,
         "add" if accumulate else None,
     )
-    return ctx.op.Reshape(out, S.shape_value(ctx, self), allowzero=1)
+    return S.reshape(ctx, out, S.shape_value(ctx, self), allowzero=True)
 
 
 @translates(aten.where.default)

@@ -28,16 +28,6 @@ i64 = torch.int64
 
 
 # --------------------------------------------------------------------------------- guards
-def _matrix_size(ctx, a, rank):
-    """(static n or None, 0-d int64 n) of the last axis of ``a``."""
-    n_static = S.static_dim(ctx, a, rank - 1) if ctx.meta(a) is not None else None
-    if n_static is None:
-        n = ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
-    else:
-        n = ctx.const(n_static, i64)
-    return n_static, n
-
-
 def _refuse_unused_factorisation(ctx, op: str, first_unsupported: int) -> None:
     used = ctx.used_outputs()
     if any(i >= first_unsupported for i in used):
@@ -173,7 +163,7 @@ def _cholesky(ctx, A, upper, with_info):
     work = R.float_work(ctx.dtype(A))
     a = ctx.cast(A, work)
     ra, ca = rank - 2, rank - 1
-    n_static, n = _matrix_size(ctx, A, rank)
+    n_static, n = S.static_dim(ctx, A, ca), S.dim_0d(ctx, A, ca)
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     row_ids = ctx.op.Unsqueeze(ids, ctx.const([1], i64))  # [n, 1]
     col_ids = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]

@@ -246,12 +246,7 @@ def _reflectors_from_packed(ctx, packed, rank, work):
 def _q_from_packed(ctx, packed, tau, rank, work):
     """The full (m, m) Q of geqrf's packed reflectors and their ``tau`` (one per reflector)."""
     reflectors = _reflectors_from_packed(ctx, packed, rank, work)
-    k_static = S.static_dim(ctx, tau, rank - 2)
-    k = (
-        ctx.const(k_static, i64)
-        if k_static is not None
-        else ctx.op.Squeeze(ctx.op.Shape(tau, start=rank - 2, end=rank - 1), ctx.const([0], i64))
-    )
+    k_static, k = S.static_dim(ctx, tau, rank - 2), S.dim_0d(ctx, tau, rank - 2)
     eye = la.eye_like_rows(ctx, reflectors, rank, work)
     return la.apply_reflectors(ctx, eye, reflectors, ctx.cast(tau, work), rank, k, k_static)
 

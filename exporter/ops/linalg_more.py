@@ -238,12 +238,7 @@ def _ldl_factor(ctx, A, with_info):
     work = R.float_work(dtype)
     at = _Indexing(rank)
     a = ctx.cast(A, work)
-    n_static = S.static_dim(ctx, A, rank - 1)
-    n = (
-        ctx.const(n_static, i64)
-        if n_static is not None
-        else ctx.op.Squeeze(ctx.op.Shape(a, start=rank - 1, end=rank), ctx.const([0], i64))
-    )
+    n_static, n = S.static_dim(ctx, A, rank - 1), S.dim_0d(ctx, A, rank - 1)
     ids = ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64))
     rows = ctx.op.Unsqueeze(ids, ctx.const([1], i64))  # [n, 1]
     cols = ctx.op.Unsqueeze(ids, ctx.const([0], i64))  # [1, n]
@@ -328,14 +323,7 @@ def linalg_ldl_solve(ctx, LD, pivots, B, *, hermitian=False):
     rank_p = rank - 1
     first, second = _block_roles(ctx, piv, rank_p)
     swap_with = ctx.op.Sub(ctx.op.Abs(piv), ctx.const(1, i64))  # [..., n], 0-based
-    n_static = S.static_dim(ctx, LD, ctx.rank(LD) - 1)
-    n = (
-        ctx.const(n_static, i64)
-        if n_static is not None
-        else ctx.op.Squeeze(
-            ctx.op.Shape(LD, start=ctx.rank(LD) - 1, end=ctx.rank(LD)), ctx.const([0], i64)
-        )
-    )
+    n_static, n = S.static_dim(ctx, LD, ctx.rank(LD) - 1), S.dim_0d(ctx, LD, -1)
     rows = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64)), [1])
     last = ctx.op.Sub(n, ctx.const(1, i64))
     zero = ctx.const(0.0, work)

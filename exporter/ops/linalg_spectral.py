@@ -29,14 +29,6 @@ i64, f64 = torch.int64, torch.float64
 _MAX_SWEEPS = 30
 
 
-def _size(ctx, x, axis):
-    """(static size or None, 0-d int64 size) of ``axis`` of an FX value."""
-    size = S.static_dim(ctx, x, axis)
-    if size is not None:
-        return size, ctx.const(size, i64)
-    return None, ctx.op.Squeeze(ctx.op.Shape(x, start=axis, end=axis + 1), ctx.const([0], i64))
-
-
 def _identity(ctx, n):
     """n x n float64 identity (n a 0-d int64 value)."""
     square = S.constant_of_shape(
@@ -167,7 +159,7 @@ def eigh(ctx, A, uplo="L"):
     """Eigenvalues (ascending) and eigenvectors (columns), float64."""
     rank = ctx.rank(A)
     a = ctx.cast(A, f64)
-    _, n = _size(ctx, A, rank - 1)
+    n = S.dim_0d(ctx, A, rank - 1)
     eye = _identity(ctx, n)
     # Only the named triangle is read, as LAPACK does.
     triangle = ctx.op.Trilu(a, upper=int(uplo.upper() == "U"))
@@ -214,16 +206,16 @@ def svd(ctx, A, compute_uv=True):
     a = ctx.cast(A, f64)
     if wide:
         a = ctx.op.Transpose(a, perm=la.swap_last(rank))
-        columns = _size(ctx, A, rank - 2)[1]
+        columns = S.dim_0d(ctx, A, rank - 2)
     else:
-        columns = _size(ctx, A, rank - 1)[1]
+        columns = S.dim_0d(ctx, A, rank - 1)
     eye = _identity(ctx, columns)
     start = ctx.op.Expand(
         eye, ctx.op.Concat(ctx.op.Shape(a, start=0, end=rank - 2), ctx.const([1, 1], i64), axis=0)
     )
     rotated, vectors = _jacobi(ctx, a, start, columns, eye, rank, one_sided=True)
     sigma = ctx.op.Sqrt(R.reduce(ctx, "ReduceSumSquare", rotated, [rank - 2], False))
-    k = ctx.op.Min(_size(ctx, A, rank - 2)[1], _size(ctx, A, rank - 1)[1])
+    k = ctx.op.Min(S.dim_0d(ctx, A, rank - 2), S.dim_0d(ctx, A, rank - 1))
     sigma, order = nx.topk(ctx, sigma, k, rank - 2, largest=True)
     if not compute_uv:
         return None, sigma, None

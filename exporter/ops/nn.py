@@ -173,7 +173,7 @@ def _group_norm(ctx, input, groups, weight, bias, eps):
     x, work = _float_input(ctx, input, FLOAT32_ONLY | {torch.float64})
     grouped = _grouped(ctx, x, groups)
     normed = _instance_normalize(ctx, grouped, eps, work, channels=groups)
-    out = ctx.op.Reshape(normed, ctx.op.Shape(x), allowzero=1)
+    out = reshape(ctx, normed, ctx.op.Shape(x), allowzero=True)
     if weight is not None:
         out = ctx.op.Mul(out, _per_channel(ctx, ctx.cast(weight, work), rank))
     if bias is not None:
@@ -820,7 +820,7 @@ def channel_shuffle(ctx, self, groups):
         ctx, self, dim_value(ctx, self, 0), g, per_group, prod_of_dims(ctx, self, 2), allowzero=True
     )
     swapped = ctx.op.Transpose(split, perm=[0, 2, 1, 3])
-    return ctx.op.Reshape(swapped, ctx.op.Shape(self), allowzero=1)
+    return reshape(ctx, swapped, ctx.op.Shape(self), allowzero=True)
 
 
 # ------------------------------------------------------------------------ backward (core ATen)
@@ -868,8 +868,11 @@ def native_group_norm_backward(
     # Per-group statistics broadcast over (N, groups, C/groups * spatial).
     mean3 = ctx.op.Unsqueeze(ctx.cast(mean, work), [2])
     rstd3 = ctx.op.Unsqueeze(ctx.cast(rstd, work), [2])
-    x_hat = ctx.op.Reshape(
-        ctx.op.Mul(ctx.op.Sub(_grouped(ctx, x, group), mean3), rstd3), ctx.op.Shape(x), allowzero=1
+    x_hat = reshape(
+        ctx,
+        ctx.op.Mul(ctx.op.Sub(_grouped(ctx, x, group), mean3), rstd3),
+        ctx.op.Shape(x),
+        allowzero=True,
     )
     grads = [None, None, None]
     spatial = list(range(2, rank))
@@ -887,7 +890,7 @@ def native_group_norm_backward(
         sum_gx = reduce(ctx, "ReduceSum", ctx.op.Mul(gg, xg), [2], 1)
         inner = ctx.op.Sub(ctx.op.Sub(ctx.op.Mul(gg, count), sum_g), ctx.op.Mul(xg, sum_gx))
         grad = ctx.op.Mul(ctx.op.Div(rstd3, count), inner)
-        grads[0] = ctx.cast(ctx.op.Reshape(grad, ctx.op.Shape(x), allowzero=1), dtype)
+        grads[0] = ctx.cast(reshape(ctx, grad, ctx.op.Shape(x), allowzero=True), dtype)
     if output_mask[1]:
         grads[1] = ctx.cast(_sum_over(ctx, ctx.op.Mul(g, x_hat), [0] + spatial), dtype)
     if output_mask[2]:

@@ -136,7 +136,7 @@ def _random_words(ctx, shape: ir.Value, streams: int = 1) -> list[ir.Value]:
     index = ctx.op.Range(ctx.const(0, i64), count, ctx.const(1, i64))
     index.dtype = ir.DataType.INT64
     # allowzero: a 0 in the shape is an empty dimension, not "copy the input's".
-    index = ctx.cast(ctx.op.Reshape(index, shape, allowzero=1), u64)
+    index = ctx.cast(S.reshape(ctx, index, shape, allowzero=True), u64)
     seed = _seed(ctx)
     words = []
     for k in range(streams):

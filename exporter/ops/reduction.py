@@ -22,7 +22,6 @@ from exporter.ops import _shape as S
 from exporter.ops import _subgraph
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
-from exporter.ops._shape import dim_value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -583,9 +582,7 @@ def _cumulative_extremum(ctx, self, dim, maximum: bool):
         info = torch.iinfo(work)
         start_value = info.min if maximum else info.max
     rest = S.shape_without(ctx, self, ax)
-    positions = ctx.op.Range(
-        ctx.const(0, i64), _n_along(ctx, self, ax, as_value=True), ctx.const(1, i64)
-    )
+    positions = ctx.op.Range(ctx.const(0, i64), S.dim_0d(ctx, self, ax), ctx.const(1, i64))
 
     def body(sub, states, slices):
         best, best_index = states
@@ -655,14 +652,6 @@ def _middle(ctx, n):
     )
 
 
-def _n_along(ctx, x, ax, as_value=False):
-    """Size of axis ``ax``: an int when static (unless ``as_value``), else a 0-d int64."""
-    size = S.static_dim(ctx, x, ax)
-    if size is not None:
-        return ctx.const(size, i64) if as_value else size
-    return ctx.op.Squeeze(dim_value(ctx, x, ax), ctx.const([0], i64))
-
-
 @translates(aten.kthvalue.default)
 def kthvalue(ctx, self, k, dim=-1, keepdim=False):
     rank = ctx.rank(self)
@@ -688,7 +677,7 @@ def _median_work(ctx, self, dim, keepdim, ignore_nan: bool):
         valid = ctx.op.Not(ctx.op.IsNaN(x))
         n = R.reduce(ctx, "ReduceSum", ctx.cast(valid, i64), [ax], False)
         position = ctx.op.Max(_middle(ctx, n), ctx.const(1, i64))
-        values, indices = nx.topk(ctx, x, _n_along(ctx, x, ax), ax, largest=False)
+        values, indices = nx.topk(ctx, x, S.dim_size(ctx, x, ax), ax, largest=False)
         index = ctx.op.Sub(position, ctx.const(1, i64))
         index = ctx.op.Unsqueeze(index, ctx.const([ax], i64))
         value = ctx.op.GatherElements(values, index, axis=ax)
@@ -700,7 +689,9 @@ def _median_work(ctx, self, dim, keepdim, ignore_nan: bool):
             value = ctx.op.Reshape(value, ctx.const([], i64))
             where = ctx.op.Reshape(where, ctx.const([], i64))
         return value, where
-    value, where = _kth_smallest(ctx, x, _middle(ctx, _n_along(ctx, x, ax)), ax, keepdim, rank)
+    n = S.dim_size(ctx, x, ax)
+    middle = _middle(ctx, n if S.is_static(n) else S.as_0d(ctx, n))
+    value, where = _kth_smallest(ctx, x, middle, ax, keepdim, rank)
     if floating:
         # torch's median is NaN (at the first NaN) as soon as the slice has one.
         is_nan = ctx.op.IsNaN(x)

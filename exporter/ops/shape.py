@@ -565,7 +565,7 @@ def roll(ctx, self, shifts, dims=()):
         static = ctx.static_shape(self)
         numel = math.prod(static) if static is not None else ctx.op.Reshape(ctx.op.Size(self), [1])
         rolled = _roll_axis(ctx, ctx.op.Reshape(self, [-1]), shifts[0], numel, 0)
-        return ctx.op.Reshape(rolled, S.shape_value(ctx, self), allowzero=1)
+        return S.reshape(ctx, rolled, S.shape_value(ctx, self), allowzero=True)
     if len(shifts) != len(dims):
         raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     out = self
@@ -631,7 +631,7 @@ def repeat_interleave_int(ctx, self, repeats, dim=None, *, output_size=None):
     if size is None:
         return ctx.op.Reshape(expanded, [-1])
     target = S.concat_sizes(ctx, [*before, S.mul(ctx, size, reps), *after])
-    return ctx.op.Reshape(expanded, target, allowzero=1)
+    return S.reshape(ctx, expanded, target, allowzero=True)
 
 
 def repeat_indices(ctx, repeats: ir.Value, count: S.Size | None) -> ir.Value:
@@ -770,7 +770,7 @@ def as_strided_scatter(ctx, self, src, size, stride, storage_offset=None):
     index = strided_indices(ctx, list(size), list(stride), storage_offset or 0)
     updates = ctx.op.Reshape(ctx.cast(src, ctx.dtype(self)), [-1])
     out = ctx.op.ScatterElements(flat, ctx.op.Reshape(index, [-1]), updates, axis=0)
-    return ctx.op.Reshape(out, S.shape_value(ctx, self), allowzero=1)
+    return S.reshape(ctx, out, S.shape_value(ctx, self), allowzero=True)
 
 
 @translates(aten.unfold.default, aten.unfold_copy.default)

@@ -176,11 +176,11 @@ class _Diagonal:
     def flat(self, ctx, x: ir.Value) -> ir.Value:
         moved = x if self.perm == sorted(self.perm) else ctx.op.Transpose(x, perm=self.perm)
         target = S.concat_sizes(ctx, [*self.batch, S.mul(ctx, self.rows, self.cols)])
-        return ctx.op.Reshape(moved, target, allowzero=1)
+        return S.reshape(ctx, moved, target, allowzero=True)
 
     def unflat(self, ctx, flat: ir.Value) -> ir.Value:
         target = S.concat_sizes(ctx, [*self.batch, self.rows, self.cols])
-        moved = ctx.op.Reshape(flat, target, allowzero=1)
+        moved = S.reshape(ctx, flat, target, allowzero=True)
         if self.perm == sorted(self.perm):
             return moved
         inverse = [self.perm.index(i) for i in range(len(self.perm))]

@@ -79,7 +79,9 @@ def build_site(
     column_index = {key: i for i, key in enumerate(columns)}
     families = []
     by_family = group_by(rows, lambda r: (r.kind, r.family))
-    for number, key in enumerate(sorted(by_family, key=lambda k: (k[0] != "op", k[1]))):
+    for number, key in enumerate(
+        sorted(by_family, key=lambda k: combo_sort_key(k, ("kind", "family")))
+    ):
         kind, family = key
         family_rows = sorted(by_family[key], key=lambda r: (r.subject, r.id))
         name = f"f{number}"

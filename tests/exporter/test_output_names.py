@@ -189,6 +189,34 @@ def test_bisection_map_follows_the_renamed_outputs():
     assert set(mapping.values()) <= present | {v.name for v in graph.inputs}
 
 
+def test_output_names_given_keep_a_returned_weight_its_name_and_the_bisection_map():
+    """The caller's names go through the same renaming as the structured ones: the weight
+    stays ``w`` (apply_weights finds it by its state-dict name), the output is ``weight``
+    through an Identity, and the FX-node-to-value map names the renamed outputs."""
+
+    class Weighted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return x * self.w + 1, self.w
+
+    program = exporter.export(Weighted().eval(), (X,), output_names=["y", "weight"])
+    graph = program.model.graph
+    assert _names(program)[1] == ["y", "weight"]
+    assert "w" in graph.initializers and "weight" not in graph.initializers
+    new_w = torch.tensor([1.0, 2.0, 3.0])
+    program.apply_weights({"w": new_w})
+    got = _run_by_name(program, {"x": X})
+    np.testing.assert_allclose(got["weight"], new_w.numpy())
+    np.testing.assert_allclose(got["y"], (X * new_w + 1).numpy(), rtol=1e-6)
+    present = {v.name for node in graph for v in node.outputs}
+    mapping = graph.meta[FX_VALUES_KEY]
+    assert "y" in mapping.values()
+    assert set(mapping.values()) <= present | {v.name for v in graph.inputs}
+
+
 def test_leaf_names_of_a_spec_without_outputs():
     assert _output_names.leaf_names(None) == []
 

@@ -804,3 +804,64 @@ def test_expected_failures_show_reason_and_link_to_their_entry(tmp_path):
     assert row["entry"] == "[ours.toml:10](../expectations/ours.toml#L10)"
     assert row["f32 static cpu ours"] == "1/3"
     assert "None." in section(text, "Ops with unexpected results (0)")
+
+
+def test_expectation_links_read_the_file_the_case_kind_names(tmp_path):
+    """A row's entry is looked up in the file its kind's table row names (``CaseKind``), the
+    one the harness judged it by: model rows in models-<exporter>.toml, op rows in
+    <exporter>.toml; a kind the table does not know has no entry."""
+    from conformance.case import KINDS
+    from reports.expectation_links import ExpectationLinks, expectations_file
+
+    folder = tmp_path / "expectations"
+    folder.mkdir()
+    entry = '[[expectation]]\nid = "{kind}::*"\nstatus = "xfail"\nreason = "{kind} reason"\n'
+    for kind in KINDS.values():
+        kind.expectations_file(folder, "ours").write_text(entry.format(kind=kind.name))
+    links = ExpectationLinks(folder)
+
+    def xfail_row(kind: str, reason: str) -> CaseResult:
+        return CaseResult(
+            id=f"{kind}::x", kind=kind, subject="x", family="f", dtype="f32", shapes="static",
+            opset=20, provider="cpu", exporter="ours", status="xfail", expectation=reason,
+        )  # fmt: skip
+
+    for kind in KINDS.values():
+        row = xfail_row(kind.name, f"{kind.name} reason")
+        assert expectations_file(row, folder) == kind.expectations_file(folder, "ours")
+        assert links.markdown_link(row, None) == f"{kind.expectations_file(folder, 'ours').name}:1"
+    assert {"op", "model"} <= set(KINDS)
+    stray = xfail_row("other", "op reason")
+    assert expectations_file(stray, folder) is None
+    assert links.entry(stray) is None
+
+
+def test_report_axis_orders_follow_the_harness_tables():
+    """The order reports list axis values in is the harness's own: kinds as ``KINDS`` holds
+    them (ops, then models), dtypes, shapes, providers and exporters as ``conformance.case``
+    names them. Reports load without the harness, so they keep a copy this test holds equal."""
+    from conformance import case
+    from reports.tally import PREFERRED_ORDER
+
+    assert PREFERRED_ORDER["kind"] == tuple(case.KINDS)
+    assert PREFERRED_ORDER["dtype"] == case.DTYPES
+    assert PREFERRED_ORDER["shapes"] == case.SHAPES
+    assert PREFERRED_ORDER["provider"] == case.PROVIDERS
+    assert PREFERRED_ORDER["exporter"] == case.EXPORTERS
+
+
+def test_side_by_side_lists_kinds_in_the_kinds_order():
+    from reports.side_by_side import compare_exporters
+
+    def row(kind: str, exporter: str) -> CaseResult:
+        return CaseResult(
+            id=f"{kind}::x::{exporter}", kind=kind, subject="x", family="f", dtype="f32",
+            shapes="static", opset=20, provider="cpu", exporter=exporter, status="pass",
+        )  # fmt: skip
+
+    rows = [
+        row(kind, exporter)
+        for kind in ("zz", "model", "op")
+        for exporter in ("ours", "torch-dynamo")
+    ]
+    assert [c.kind for c in compare_exporters(rows)] == ["op", "model", "zz"]

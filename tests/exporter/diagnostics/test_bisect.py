@@ -135,3 +135,28 @@ def test_correct_model_has_no_divergent_node():
     assert found.divergent == []
     assert found.compared == found.candidates
     assert "no divergent node" in found.summary()
+
+
+class PlantedLast(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)), self.lin.weight
+
+
+def test_bisection_reads_the_exported_model_when_output_names_rename_an_output_and_a_weight():
+    """The caller's output_names rename the planted node's output and a returned weight: the
+    FX-node-to-value map follows them, so the exported model itself is bisected (no
+    re-translation) and the renamed output's node is compared."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    program = exporter.export(
+        PlantedLast().eval(), (x,), custom_translation_table=PLANTED, output_names=["out", "w"]
+    )
+    assert [v.name for v in program.model.graph.outputs] == ["out", "w"]
+    found = bisect_mod.bisect(program, (x,), rtol=1e-3, atol=1e-4, registry=_registry_with(PLANTED))
+    assert found.model_used == "exported model"
+    assert found.uncompared == []
+    assert found.first is not None and found.first.fx_node == "relu"

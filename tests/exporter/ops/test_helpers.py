@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import operator
+from pathlib import Path
 
 import onnx_ir as ir
 import pytest
@@ -94,6 +96,23 @@ def test_dim_size_is_an_int_when_static_and_a_shape_slice_when_not():
     assert static.producer().attributes["value"].as_tensor().numpy().tolist() == [2]
 
 
+def test_dim_0d_is_a_0d_constant_when_static_and_a_squeezed_shape_slice_when_not():
+    """The one helper linalg's loops, eigh/svd and cummax/cummin take a 0-d axis size from."""
+    ctx = _ctx()
+    x = _value([2, None, 5])
+    static = _shape.dim_0d(ctx, x, -1)
+    assert static.producer().op_type == "Constant"
+    assert static.producer().attributes["value"].as_tensor().numpy().tolist() == 5
+    assert static.shape == ir.Shape([])
+    dynamic = _shape.dim_0d(ctx, x, 1)
+    squeeze = dynamic.producer()
+    assert squeeze.op_type == "Squeeze"
+    sliced, axes = squeeze.inputs
+    assert sliced.producer().op_type == "Shape"
+    assert _attrs(sliced) == {"start": 1, "end": 2}
+    assert axes.producer().attributes["value"].as_tensor().numpy().tolist() == [0]
+
+
 def test_dim_size_rejects_an_out_of_range_dim_by_name():
     with pytest.raises(IndexError, match="dim 3 is out of range for a tensor of rank 3"):
         _shape.dim_size(_ctx(), _value([2, None, 5]), 3)
@@ -114,6 +133,33 @@ def test_reshape_takes_allowzero_by_keyword_only_and_without_default():
         _shape.reshape(ctx, x, [3, 2])
     assert _attrs(_shape.reshape(ctx, x, [3, 0], allowzero=True)) == {"allowzero": 1}
     assert _attrs(_shape.reshape(ctx, x, [3, 2], allowzero=False)) == {}
+
+
+def test_reshape_takes_a_target_value_as_it_is():
+    ctx, x = _ctx(), _value([2, 3])
+    target = ctx.op.Shape(_value([3, 2]))
+    out = _shape.reshape(ctx, x, target, allowzero=True)
+    assert out.producer().inputs[1] is target
+    assert _attrs(out) == {"allowzero": 1}
+
+
+def test_translations_reshape_with_allowzero_only_through_the_helper():
+    """ONNX's two meanings of a 0 in a Reshape target are chosen in one place,
+    ``_shape.reshape``'s required ``allowzero``: no translation spells the attribute itself."""
+    ops = Path(_shape.__file__).parent
+    spelled = []
+    for path in sorted(ops.glob("*.py")):
+        if path.name == "_shape.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "Reshape"
+                and any(keyword.arg == "allowzero" for keyword in node.keywords)
+            ):
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert not spelled, f"use _shape.reshape(..., allowzero=True) instead: {spelled}"
 
 
 def test_reduce_axes_wraps_negative_dims_and_rejects_out_of_range_ones():
