@@ -7,7 +7,10 @@ the folder only (``local_files_only``, ``HF_HUB_OFFLINE=1``; never a download, n
 folder's own code: ``trust_remote_code`` stays off). With weights the model is
 ``from_pretrained`` in float32; without, it is built ``from_config`` with seeded random weights
 (``model_zoo.init.reinit_``: the same weights in every process). The case's notes, kept in each
-row as ``case_notes``, say which.
+row as ``case_notes``, say which, and name the weights the class has but the folder lacks
+(newly initialised at random by transformers, which only logs a warning: base-model weights
+under a config naming ``...ForSequenceClassification``) and those the folder has but the class
+does not use.
 
 The model class is the config's first ``architectures`` entry (``BertForMaskedLM``...), or,
 when the config names none, the first Auto class of ``FALLBACK_AUTO_CLASSES`` whose mapping
@@ -46,6 +49,8 @@ FALLBACK_AUTO_CLASSES = (
     "AutoModelForSequenceClassification",
     "AutoModel",
 )
+#: How many weight names a case's notes list, of those newly initialised or unused.
+LISTED_WEIGHTS = 8
 #: The family of a folder's case.
 FAMILY = "transformers-folder"
 #: What to do when a folder cannot be a case.
@@ -84,6 +89,8 @@ class FolderModel:
         self.weights = next((f for f in WEIGHT_FILES if (self.folder / f).is_file()), None)
         self.accepted = set(inspect.signature(self.model_class.forward).parameters)
         self.kind = self._input_kind()
+        #: What the last build() found of the folder's weights (see ``loading_notes``).
+        self.loaded = ""
 
     def _config(self) -> Any:
         import transformers
@@ -152,6 +159,24 @@ class FolderModel:
             f"{self.kind} inputs"
         )
 
+    def loading_notes(self, info: dict[str, Any]) -> str:
+        """What ``from_pretrained``'s loading info says of weights the class has and the folder
+        lacks (``missing_keys``: newly initialised at random) or the folder has and the class
+        does not use (``unexpected_keys``); empty when they match."""
+        name = self.model_class.__name__
+        parts = []
+        for key, what in (
+            ("missing_keys", f"of {name} not in {self.weights}, newly initialised at random"),
+            ("unexpected_keys", f"in {self.weights} not used by {name}"),
+        ):
+            keys = sorted(info.get(key) or ())
+            if keys:
+                listed = ", ".join(keys[:LISTED_WEIGHTS])
+                more = len(keys) - LISTED_WEIGHTS
+                listed += f", ... ({more} more)" if more > 0 else ""
+                parts.append(f"{len(keys)} weight{'s' * (len(keys) > 1)} {what}: {listed}")
+        return "; ".join(parts)
+
     def dynamic_shapes(self) -> dict[str, Any]:
         from model_zoo.transformers_auto import INPUT_KINDS
 
@@ -190,9 +215,10 @@ class FolderModel:
 
         transformers.utils.logging.disable_progress_bar()
         if self.weights:
-            model = self.model_class.from_pretrained(
-                self.folder, local_files_only=True, dtype=torch.float32
+            model, info = self.model_class.from_pretrained(
+                self.folder, local_files_only=True, dtype=torch.float32, output_loading_info=True
             )
+            self.loaded = self.loading_notes(info)
         else:
             from model_zoo._common import seed_for
             from model_zoo.init import reinit_
@@ -225,5 +251,6 @@ def folder_case(folder: str | os.PathLike, name: str | None = None, **options: A
         second_inputs=options.pop("second_inputs", lambda args, kwargs: model.inputs(second=True)),
         family=options.pop("family", FAMILY),
         notes="; ".join(filter(None, [notes, model.notes])),
+        build_notes=options.pop("build_notes", lambda: model.loaded),
         **options,
     )

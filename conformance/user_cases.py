@@ -57,6 +57,9 @@ class ModelCase:
     family: str = DEFAULT_FAMILY
     tier: str = "smoke"
     notes: str = ""
+    #: () -> notes on what build() found (a transformers folder's newly initialised weights),
+    #: asked after build() and kept in the rows after ``notes``
+    build_notes: Callable[[], str] | None = None
     #: (eager outputs, ONNX outputs) -> problems, empty when they agree; replaces the compare
     compare: Callable[[Any, Any], list[str]] | None = None
     # What the runner reads from every case; a user case has none of the zoo's extras.
@@ -133,8 +136,10 @@ class RunnerCase:
 
     @property
     def row_notes(self) -> str:
-        """The case's notes, kept in each of its rows (``case_notes``)."""
-        return self.case.notes
+        """The case's notes and then what its build found, kept in each of its rows
+        (``case_notes``); read after ``build()``."""
+        found = self.case.build_notes() if self.case.build_notes is not None else ""
+        return "; ".join(filter(None, [self.case.notes, found]))
 
     def second_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Inputs:
         if self.case.second_inputs is not None:

@@ -132,13 +132,63 @@ def test_the_folders_weights_are_the_models_weights(tmp_path, kind):
     case = user_cases.ModelCase.from_transformers_folder(tmp_path / "with", name="mine/model")
     assert case.name == "mine/model"
     assert f"(config.json architectures {class_name}); weights from model.safetensors" in case.notes
-    module, _, kwargs = case.runner_case().build()
+    runner = case.runner_case()
+    module, _, kwargs = runner.build()
+    assert runner.row_notes == case.notes  # every weight loaded: nothing more to say
     expected = _run(saved, kwargs).logits
     torch.testing.assert_close(_run(module, kwargs).logits, expected, rtol=0, atol=0)
     random = user_cases.ModelCase.from_transformers_folder(tmp_path / "without").runner_case()
     module, _, _ = random.build()
     assert type(module).__name__ == class_name  # named by the saved config's architectures
     assert not torch.equal(_run(module, kwargs).logits, expected)
+
+
+def _saved_as(folder: Path, saved_class: str, architecture: str) -> Path:
+    """A folder holding ``saved_class``'s weights under a config naming ``architecture``."""
+    getattr(transformers, saved_class)(_bert()).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["architectures"] = [architecture]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def test_the_rows_name_weights_the_folder_lacks_or_the_class_does_not_use(tmp_path):
+    # base-model weights under a classifier's config: transformers draws the head at random
+    # and only logs a warning; the rows say so
+    case = user_cases.ModelCase.from_transformers_folder(
+        _saved_as(tmp_path / "base", "BertModel", "BertForSequenceClassification")
+    )
+    runner = case.runner_case()
+    assert runner.row_notes == case.notes  # known only once built
+    module, _, _ = runner.build()
+    assert type(module).__name__ == "BertForSequenceClassification"
+    assert runner.row_notes == (
+        f"{case.notes}; 2 weights of BertForSequenceClassification not in model.safetensors, "
+        "newly initialised at random: classifier.bias, classifier.weight"
+    )
+    # pretraining weights under a base model's config: the heads' weights go unused
+    unused = user_cases.ModelCase.from_transformers_folder(
+        _saved_as(tmp_path / "pretraining", "BertForPreTraining", "BertModel")
+    ).runner_case()
+    unused.build()
+    found = unused.row_notes.split("; ")[-1]
+    assert found.startswith("7 weights in model.safetensors not used by BertModel: cls.")
+    assert found.endswith(", cls.seq_relationship.weight")  # all 7 named, sorted
+    assert "newly initialised" not in unused.row_notes
+
+
+def test_the_notes_list_a_few_weight_names_and_count_the_rest(tmp_path, monkeypatch):
+    from conformance import transformers_folder
+
+    monkeypatch.setattr(transformers_folder, "LISTED_WEIGHTS", 2)
+    unused = user_cases.ModelCase.from_transformers_folder(
+        _saved_as(tmp_path / "pretraining", "BertForPreTraining", "BertModel")
+    ).runner_case()
+    unused.build()
+    assert unused.row_notes.endswith(
+        "7 weights in model.safetensors not used by BertModel: cls.predictions.bias, "
+        "cls.predictions.transform.LayerNorm.bias, ... (5 more)"
+    )
 
 
 def test_options_pass_through_to_the_case(tmp_path):
