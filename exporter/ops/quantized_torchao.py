@@ -77,8 +77,10 @@ def _layout(block_size, shape):
 
 
 def _int_tensor(ctx, array: np.ndarray, dtype: ir.DataType) -> ir.Value:
-    """A constant of ``dtype`` (int4/uint4 too) holding the integers of ``array``."""
-    value = ctx.op.Constant(value=ir.tensor(np.ascontiguousarray(array), dtype=dtype))
+    """A constant of ``dtype`` (int4/uint4 too) holding the integers of ``array``, of its shape
+    (a 0-d per-tensor zero point stays 0-d like its scale: ``np.ascontiguousarray`` made it
+    ``[1]``)."""
+    value = ctx.op.Constant(value=ir.tensor(np.asarray(array, order="C"), dtype=dtype))
     value.dtype = dtype
     return value
 

@@ -97,6 +97,29 @@ def test_int4_weight_only_is_blocked_dequantizelinear_and_fuses_into_matmulnbits
     assert report.ok, report.summary()
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int4])
+def test_a_single_output_rows_weight_is_per_tensor_with_a_scale_and_zero_point_alike(dtype):
+    # a [1, K] weight quantized per row is one block: per-tensor DequantizeLinear, whose zero
+    # point ONNX wants in its scale's shape (0-d here)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1)).eval()
+    config = quantization.IntxWeightOnlyConfig(
+        weight_dtype=dtype,
+        granularity=granularity.PerAxis(0),
+        mapping_type=quantization.MappingType.ASYMMETRIC,
+    )
+    quantization.quantize_(model, config)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1))
+    program = exporter.export(model, (x,), opset_version=21)
+    (dq,) = [n for n in program.model.graph if n.op_type == "DequantizeLinear"]
+    _, scale, zero_point = dq.inputs
+    assert zero_point.dtype.name == ("INT8" if dtype == torch.int8 else "INT4")
+    assert scale.shape.dims == zero_point.shape.dims == ()
+    want = model(x).detach().numpy()
+    got = _run(program, x, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_an_unexportable_int4_packed_matmul_names_the_config_and_the_way_out():
     # the CPU int4 kernel torchao's Int4WeightOnlyConfig used on CPU (tinygemm-packed weights)
     packed = torch._convert_weight_to_int4pack_for_cpu(
