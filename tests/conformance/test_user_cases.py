@@ -64,6 +64,24 @@ def _bash(script: str, folder: Path, env: dict[str, str]) -> subprocess.Complete
 
 
 @pytest.mark.slow
+def test_the_suites_readme_points_users_to_their_own_cases():
+    # conformance/README.md's section names the README's walk-through, the --cases forms, the
+    # pyproject table and its keys, and the modules behind them, all as they are
+    from conformance.__main__ import PROJECT_KEYS
+
+    text = (ROOT / "conformance" / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Your own models\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    assert 'README.md "Test your own models"' in section and SECTION in (
+        ROOT / "README.md"
+    ).read_text(encoding="utf-8")
+    assert "`--cases FILE|MODULE|FOLDER`" in section and "`[tool.onnx-conformance]`" in section
+    for module in ("user_cases.py", "transformers_folder.py"):
+        assert f"`{module}`" in section and (ROOT / "conformance" / module).is_file()
+    for key in ("cases", "opsets", "expectations", "results", "reports-out"):
+        assert f"`{key}`" in section and key in PROJECT_KEYS
+
+
 def test_readme_section_runs_as_written_beside_shadowing_folders(tmp_path):
     folder = tmp_path / "project"
     folder.mkdir()
