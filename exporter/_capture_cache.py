@@ -10,8 +10,9 @@ dynamic shapes, the patches, the ops with a translation) and captures again wher
 A kept program is handed out again only while it is as it was kept: its ``fingerprint``
 (graph nodes, signature, weights' identity and in-place versions, and the bytes of the small
 ones) is taken when kept and checked on each hit; an entry whose programs changed since is
-dropped and the export captures afresh. Translation reads the programs and never writes them
-(``tests/exporter/test_capture_cache.py`` checks it on every op family and zoo model it runs).
+dropped and the export captures afresh. Translation reads the programs and does not write
+them: exports from one kept capture equal, byte for byte, exports that capture each time
+(``tests/exporter/test_capture_cache.py``).
 
 A small LRU (``maxsize`` entries) bounds the memory: a conformance case process keeps the
 captures of the cases just before (the other opsets of the same case come next).
