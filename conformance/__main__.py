@@ -224,10 +224,12 @@ def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
     if not _has_flag(args, "-n", "--numprocesses") and not any(
         a.startswith("-n") and a[2:].isdigit() for a in args
     ):
+        command += ["-n", str(os.cpu_count() or 1)]
+    if not _has_flag(args, "--dist"):
         # worksteal hands each worker a contiguous run of cases (rebalanced by stealing the
         # tail of the busiest): the opsets of one case, adjacent in collection order, run in
         # one worker's case process, which captures them once (exporters.capture_cache).
-        command += ["-n", str(os.cpu_count() or 1), "--dist", "worksteal"]
+        command += ["--dist", "worksteal"]
     if not _has_flag(args, *CACHE_OPTIONS) and "no:cacheprovider" not in args:
         # pytest's cache would be written into the checkout, outside RESULTS and the reports.
         command += ["-p", "no:cacheprovider"]
