@@ -136,7 +136,7 @@ def _kept(
     state: ExportState, record: ExportRecord, signature: tuple, notes_before: int
 ) -> _capture_cache.Captured:
     """What capture and decomposition made, to stand for them in a later export."""
-    fields = {name: copy.copy(getattr(record, name)) for name in _CAPTURE_RECORD_FIELDS}
+    fields = {name: _own(getattr(record, name)) for name in _CAPTURE_RECORD_FIELDS}
     stages = [stage.value for stage in CAPTURE_STAGES]
     fields["status"] = {name: record.status[name] for name in stages if name in record.status}
     fields["timings"] = {name: record.timings[name] for name in stages if name in record.timings}
@@ -152,6 +152,12 @@ def _kept(
     )
 
 
+def _own(value: Any) -> Any:
+    """A list as a copy of its own (the record appends to its lists); anything else, the
+    programs included, as it is."""
+    return list(value) if isinstance(value, list) else value
+
+
 def _restore(
     request: ExportRequest, state: ExportState, record: ExportRecord, kept: _capture_cache.Captured
 ) -> None:
@@ -161,7 +167,7 @@ def _restore(
     state.narrowed, state.untraceable = kept.narrowed, dict(kept.untraceable)
     fields = kept.record
     for name in _CAPTURE_RECORD_FIELDS:
-        setattr(record, name, copy.copy(fields[name]))
+        setattr(record, name, _own(fields[name]))
     record.status.update(fields["status"])
     record.timings.update(dict.fromkeys(fields["timings"], 0.0))
     record.notes.extend(fields["notes"])

@@ -138,3 +138,13 @@ def test_an_exported_program_is_not_captured_so_takes_no_cache():
     program = torch.export.export(Net().eval(), (torch.randn(3, 6),))
     with pytest.raises(InvalidExportArgumentsError, match="ExportedProgram is not"):
         exporter.export(program, capture_cache=CaptureCache(), capture_key="k")
+
+
+def test_a_reused_export_records_the_kept_programs_themselves():
+    model, x, cache = Net().eval(), torch.randn(3, 6), CaptureCache()
+    first = exporter.export(model, (x,), opset_version=20, capture_cache=cache, capture_key="k")
+    second = exporter.export(model, (x,), opset_version=23, capture_cache=cache, capture_key="k")
+    assert second.record.exported_program is first.record.exported_program
+    assert second.record.captured_program is first.record.captured_program
+    assert second.record.capture_attempts == first.record.capture_attempts
+    assert second.record.capture_attempts is not first.record.capture_attempts
