@@ -1,7 +1,7 @@
 """Command line of the conformance suite.
 
 ``python -m conformance run [options] [pytest args]``  (``run --help`` lists the options)
-    Runs ``pytest conformance`` on all cores (xdist, ``--dist load``), then builds the reports
+    Runs ``pytest conformance`` on all cores (xdist, ``--dist worksteal``), then builds the reports
     from the result rows with ``python -m reports build RESULTS --out reports/latest``, and exits
     with pytest's exit code, or 6 when some collected cases have no row (pytest or the run was
     killed: the reports say "incomplete: N of M cases have results"), or 7 when another run
@@ -228,7 +228,12 @@ def build_pytest_command(args: list[str], junit_xml: Path | None) -> list[str]:
     if not _has_flag(args, "-n", "--numprocesses") and not any(
         a.startswith("-n") and a[2:].isdigit() for a in args
     ):
-        command += ["-n", str(os.cpu_count() or 1), "--dist", "load"]
+        command += ["-n", str(os.cpu_count() or 1)]
+    if not _has_flag(args, "--dist"):
+        # worksteal hands each worker a contiguous run of cases (rebalanced by stealing the
+        # tail of the busiest): the opsets of one case, adjacent in collection order, run in
+        # one worker's case process, which captures them once (exporters.capture_cache).
+        command += ["--dist", "worksteal"]
     if not _has_flag(args, *CACHE_OPTIONS) and "no:cacheprovider" not in args:
         # pytest's cache would be written into the checkout, outside RESULTS and the reports.
         command += ["-p", "no:cacheprovider"]
@@ -253,7 +258,7 @@ RUN_OPTIONS = (
 )
 HELP_PROLOGUE = """usage: python -m conformance run [OPTIONS] [PYTEST ARGS]
 
-Runs the conformance cases with pytest on all cores (-n CPUS --dist load), writes one result
+Runs the conformance cases with pytest on all cores (-n CPUS --dist worksteal), writes one result
 row per case into --results and pytest's JUnit XML into RESULTS/junit.xml, then builds the
 reports (summary.md, ops.md, models.md, charts) into --reports-out.
 

@@ -239,6 +239,12 @@ class IdFormat:
         return fields
 
 
+def base_id(case_id: str) -> str:
+    """The id without its opset field: cases of one base differ only in the opset, so they
+    capture the same program (``conformance.exporters.capture_cache``)."""
+    return re.sub(r"::opset\d+(?=::|$)", "", case_id)
+
+
 def stable_hash(text: str) -> int:
     """A hash that is the same in every process and Python version (unlike ``hash``)."""
     return int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:8], "big")

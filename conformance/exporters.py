@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import io
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -44,16 +46,46 @@ def input_names_for(inputs: tuple) -> list[str]:
     return [f"input_{i}" for i in range(len(inputs))]
 
 
-def export_ours(module, inputs: tuple, *, dynamic: bool, opset: int) -> Exported:
+#: How many captures a case process keeps for the next cases of the same base (their other
+#: opsets: ``case.base_id``); 0 turns the reuse off. Only our exporter takes them: torch.onnx's
+#: exporters capture for themselves.
+CAPTURE_CACHE_ENV = "CONFORMANCE_CAPTURE_CACHE"
+DEFAULT_CAPTURE_CACHE = 4
+
+
+@functools.cache
+def capture_cache():
+    """This process's ``exporter.CaptureCache`` (its size from ``CONFORMANCE_CAPTURE_CACHE``)."""
+    import exporter
+
+    text = os.environ.get(CAPTURE_CACHE_ENV, str(DEFAULT_CAPTURE_CACHE))
+    try:
+        size = int(text)
+    except ValueError:
+        raise ValueError(
+            f"{CAPTURE_CACHE_ENV}={text!r}: expected a count of captures, e.g. 4 or 0"
+        ) from None
+    return exporter.CaptureCache(maxsize=max(size, 0))
+
+
+def export_ours(
+    module, inputs: tuple, *, dynamic: bool, opset: int, capture_key: str | None = None
+) -> Exported:
+    """Our export; cases under one ``capture_key`` (the same module and inputs) capture once
+    per process and translate that capture at their own opset."""
     import exporter
 
     names = input_names_for(inputs)
+    reuse = {}
+    if capture_key is not None and capture_cache().maxsize:
+        reuse = {"capture_cache": capture_cache(), "capture_key": capture_key}
     program = exporter.export(
         module,
         inputs,
         dynamic_shapes=shapes.dynamic_shapes_spec(inputs) if dynamic else None,
         input_names=names,
         opset_version=opset,
+        **reuse,
     )
     return Exported(program.model_proto, names)
 
@@ -99,13 +131,24 @@ EXPORTERS: dict[str, Callable[..., Exported]] = {
 }
 
 
-def export_case(exporter_name: str, module, inputs: tuple, *, dynamic: bool, opset: int):
+def export_case(
+    exporter_name: str,
+    module,
+    inputs: tuple,
+    *,
+    dynamic: bool,
+    opset: int,
+    capture_key: str | None = None,
+):
+    """``capture_key``: what names the module and inputs across opsets (``export_ours``)."""
     try:
         adapter = EXPORTERS[exporter_name]
     except KeyError:
         raise ValueError(
             f"unknown exporter {exporter_name!r}; choose one of {', '.join(EXPORTERS)}"
         ) from None
+    if adapter is export_ours:
+        return adapter(module, inputs, dynamic=dynamic, opset=opset, capture_key=capture_key)
     return adapter(module, inputs, dynamic=dynamic, opset=opset)
 
 

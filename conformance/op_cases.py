@@ -38,6 +38,7 @@ from conformance.case import (
     IdFormat,
     Prepared,
     Skip,
+    base_id,
     format_id,
     in_shard,
     register_kind,
@@ -933,7 +934,14 @@ def _export(case: OpCase, module, inputs: tuple, dynamic: bool, planted: str | N
 
     if planted is not None:
         return planted_cases.fake_export(planted, inputs, dynamic=dynamic, opset=case.opset)
-    return exporters.export_case(case.exporter, module, inputs, dynamic=dynamic, opset=case.opset)
+    return exporters.export_case(
+        case.exporter,
+        module,
+        inputs,
+        dynamic=dynamic,
+        opset=case.opset,
+        capture_key=base_id(case.id),
+    )
 
 
 KIND = register_kind(

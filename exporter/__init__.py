@@ -19,6 +19,7 @@ DEFAULT_OPSET = 20
 # conformance controller and the report builder read them and must stay light.
 _PUBLIC = {
     "export": "exporter._api",
+    "CaptureCache": "exporter._capture_cache",
     "ONNXProgram": "exporter._program",
     "is_in_onnx_export": "exporter._flags",
     "register": "exporter.ops._registry",

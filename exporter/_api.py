@@ -10,13 +10,14 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from exporter import _pipeline, _validate
+from exporter import _capture_cache, _pipeline, _validate
+from exporter._capture_cache import CaptureCache
 from exporter._errors import OnnxExporterError
 from exporter._program import ONNXProgram
 from exporter._record import ExportRecord
@@ -48,6 +49,8 @@ def export(
     dynamic_axes: Mapping[str, Any] | None = None,
     metadata: bool = True,
     capture_patches: Sequence[str] | None = None,
+    capture_cache: CaptureCache | None = None,
+    capture_key: Hashable | None = None,
     **legacy: Any,
 ) -> ONNXProgram:
     """Export a PyTorch model to ONNX with our own op library.
@@ -64,6 +67,9 @@ def export(
     Without ``output_names``, outputs are named after what forward() returned (``logits``,
     ``last_hidden_state``, ``present.0.key``, ``output.0``; see ``exporter._output_names``);
     ``output_names="fx"`` keeps torch.onnx's FX names (``layer_norm_2``, ``add``).
+    ``capture_cache=CaptureCache()`` with ``capture_key``: exports of the same model and
+    inputs under one key capture and decompose once, each translating that capture (at its own
+    opset); the key says they are the same (see ``exporter._capture_cache``).
     """
     arguments = dict(locals())  # every parameter by name, for _validate: nothing else is set yet
     record = ExportRecord(model_class=type(model).__name__, verify_requested=bool(verify))
@@ -71,8 +77,10 @@ def export(
     program: ONNXProgram | None = None
     error: BaseException | None = None
     try:
+        _capture_cache.check_arguments(capture_cache, capture_key, model)
         request = _validate.validate(arguments, record)
-        program = _pipeline.run(request, record)
+        reuse = None if capture_cache is None else (capture_cache, capture_key)
+        program = _pipeline.run(request, record, reuse)
         if request.verify:
             from exporter.diagnostics import verify as _verify
 
@@ -164,4 +172,4 @@ def _write_report(
         error.add_note(f"export report: {path}")
 
 
-__all__ = ["export", "OnnxExporterError"]
+__all__ = ["export", "CaptureCache", "OnnxExporterError"]

@@ -21,7 +21,7 @@ import dataclasses
 import datetime
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import onnx_ir as ir
@@ -30,6 +30,7 @@ import torch
 from exporter import (
     _caches,
     _capture,
+    _capture_cache,
     _decompose,
     _dynamic_shapes,
     _opset_convert,
@@ -80,10 +81,26 @@ class Step:
     then: StepFn | None = None
 
 
-def run(request: ExportRequest, record: ExportRecord) -> ONNXProgram:
-    """Run :data:`STEPS` in order; an error propagates from the step that raised it."""
+def run(
+    request: ExportRequest,
+    record: ExportRecord,
+    reuse: tuple[_capture_cache.CaptureCache, Hashable] | None = None,
+) -> ONNXProgram:
+    """Run :data:`STEPS` in order; an error propagates from the step that raised it.
+
+    With ``reuse`` (a cache and the caller's key): a capture kept under the key stands for the
+    capture and decomposition stages (:data:`CAPTURE_STAGES`), and otherwise what they make is
+    kept under it once decomposition succeeded (``exporter._capture_cache``)."""
     state = ExportState()
-    for step in STEPS:
+    steps, signature = STEPS, None
+    if reuse is not None:
+        signature = _capture_cache.signature(request)
+        kept = reuse[0].get(reuse[1], signature)
+        if kept is not None:
+            _restore(request, state, record, kept)
+            steps = tuple(step for step in STEPS if step.stage not in CAPTURE_STAGES)
+    notes_before = len(record.notes)
+    for step in steps:
         if step.skip is not None and step.skip(request):
             assert step.stage is not None, "only a stage can be skipped"
             record.status[step.stage.value] = "skipped"
@@ -96,8 +113,75 @@ def run(request: ExportRequest, record: ExportRecord) -> ONNXProgram:
                 step.run(request, state, record)
         if step.then is not None:
             step.then(request, state, record)
+        if reuse is not None and step.stage is Stage.DECOMPOSITION:
+            reuse[0].put(reuse[1], _kept(state, record, signature, notes_before))
     assert state.program is not None
     return state.program
+
+
+#: The stages a capture kept by ``exporter._capture_cache`` stands for.
+CAPTURE_STAGES = (Stage.CAPTURE, Stage.DECOMPOSITION)
+#: The record's fields those stages set, besides their status, timing and notes.
+_CAPTURE_RECORD_FIELDS = (
+    "capture_strategy",
+    "capture_attempts",
+    "dim_audit",
+    "decomposition_reason",
+    "captured_program",
+    "exported_program",
+)
+
+
+def _kept(
+    state: ExportState, record: ExportRecord, signature: tuple, notes_before: int
+) -> _capture_cache.Captured:
+    """What capture and decomposition made, to stand for them in a later export."""
+    fields = {name: _own(getattr(record, name)) for name in _CAPTURE_RECORD_FIELDS}
+    stages = [stage.value for stage in CAPTURE_STAGES]
+    fields["status"] = {name: record.status[name] for name in stages if name in record.status}
+    fields["timings"] = {name: record.timings[name] for name in stages if name in record.timings}
+    fields["notes"] = list(record.notes[notes_before:])
+    return _capture_cache.Captured(
+        captured=state.captured,
+        decomposed=state.decomposed,
+        narrowed=state.narrowed,
+        untraceable=dict(state.untraceable),
+        record=fields,
+        signature=signature,
+        fingerprint=_capture_cache.fingerprint(state.captured, state.decomposed),
+    )
+
+
+def _own(value: Any) -> Any:
+    """A list as a copy of its own (the record appends to its lists); anything else, the
+    programs included, as it is."""
+    return list(value) if isinstance(value, list) else value
+
+
+def _restore(
+    request: ExportRequest, state: ExportState, record: ExportRecord, kept: _capture_cache.Captured
+) -> None:
+    """A kept capture in place of the capture and decomposition stages: the state and record
+    they made, their timings zero, the warning capture gave repeated, the dump written."""
+    state.captured, state.decomposed = kept.captured, kept.decomposed
+    state.narrowed, state.untraceable = kept.narrowed, dict(kept.untraceable)
+    fields = kept.record
+    for name in _CAPTURE_RECORD_FIELDS:
+        setattr(record, name, _own(fields[name]))
+    record.status.update(fields["status"])
+    record.timings.update(dict.fromkeys(fields["timings"], 0.0))
+    record.notes.extend(fields["notes"])
+    seconds = sum(fields["timings"].values())
+    note = (
+        f"capture and decomposition reused from an earlier export under the same "
+        f"capture_key ({seconds:.2f} s saved)"
+    )
+    record.notes.append(note)
+    request.say(note)
+    message = _dynamic_shapes.specialized_dims_warning(record.dim_audit)
+    if message:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    _dump(request, state, record)
 
 
 # Warnings raised by a step's functions point at export()'s caller: the function, run(),
@@ -146,6 +230,10 @@ def _captured(request: ExportRequest, state: ExportState, record: ExportRecord) 
             record.notes.append(message)
             warnings.warn(message, UserWarning, stacklevel=4)
     record.captured_program = state.captured
+    _dump(request, state, record)
+
+
+def _dump(request: ExportRequest, state: ExportState, record: ExportRecord) -> None:
     if request.dump_dir is not None:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
         record.dumped_program = request.dump_dir / f"onnx_export_{stamp}.pt2"

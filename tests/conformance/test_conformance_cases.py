@@ -277,3 +277,50 @@ def test_a_sorted_input_stays_sorted_at_the_second_shape():
     grown_boundaries, grown_offsets = second_shape.grown_inputs((boundaries, offsets), 1, generator)
     assert bool((grown_boundaries.diff() >= 0).all()) and grown_boundaries.shape == (5,)
     assert bool((grown_offsets.diff() >= 0).all()) and set(grown_offsets.tolist()) <= {0, 3}
+
+
+def test_base_id_drops_only_the_opset():
+    op = "op::abs::s000::f32::static::opset20::cpu::ours"
+    model = "model::torchvision/resnet18::f32::dynamic::opset23::cpu::ours::opt"
+    assert cases.base_id(op) == "op::abs::s000::f32::static::cpu::ours"
+    assert cases.base_id(model) == "model::torchvision/resnet18::f32::dynamic::cpu::ours::opt"
+    assert cases.base_id(op) == cases.base_id(op.replace("opset20", "opset23"))
+
+
+def test_the_opsets_of_one_op_case_are_collected_next_to_each_other():
+    """worksteal keeps contiguous cases on one worker: a case process then captures each base
+    once (exporters.capture_cache)."""
+    options = SimpleNamespace(
+        ops_enabled=True,
+        planted=("pass", "wrong"),
+        shapes=("static", "dynamic"),
+        opsets=(18, 20, 23, 26),
+        providers=("cpu",),
+        exporters=("ours",),
+        shard=None,
+    )
+    ids = [case.id for case in op_cases.collect_cases(options)]
+    bases = [cases.base_id(case_id) for case_id in ids]
+    runs = [base for i, base in enumerate(bases) if i == 0 or bases[i - 1] != base]
+    assert len(runs) == len(set(bases)) == 4 and len(ids) == 16
+
+
+def test_ours_captures_each_base_once_per_process(monkeypatch):
+    from conformance import exporters
+
+    module, inputs = planted.build_planted("pass")
+    module.eval()
+    exporters.capture_cache.cache_clear()
+    monkeypatch.setenv(exporters.CAPTURE_CACHE_ENV, "2")
+    try:
+        for opset in (20, 23):
+            exporters.export_case(
+                "ours", module, inputs, dynamic=False, opset=opset, capture_key="b"
+            )
+        assert exporters.capture_cache().stats.hits == 1
+        exporters.capture_cache.cache_clear()
+        monkeypatch.setenv(exporters.CAPTURE_CACHE_ENV, "0")
+        exporters.export_case("ours", module, inputs, dynamic=False, opset=20, capture_key="b")
+        assert len(exporters.capture_cache()) == 0
+    finally:
+        exporters.capture_cache.cache_clear()

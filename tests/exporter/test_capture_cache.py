@@ -1,0 +1,150 @@
+"""exporter._capture_cache: one capture translated at several opsets, as if captured each time."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import exporter
+from exporter import CaptureCache
+from exporter._capture_cache import Captured, fingerprint
+from exporter._errors import InvalidExportArgumentsError
+
+
+class Net(torch.nn.Module):
+    """Weights, a buffer, and an op whose translation differs by opset (GELU from 20)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 4)
+        self.norm = torch.nn.LayerNorm(4)
+        self.register_buffer("shift", torch.arange(4, dtype=torch.float32))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.norm(self.linear(x))) + self.shift
+
+
+class HoldsBatch(torch.nn.Module):
+    """Declared dynamic, the batch is held at its example size by ``view(2, ...)``."""
+
+    def forward(self, x):
+        return x.view(2, -1) * 2
+
+
+def _proto(model, args, opset, **options) -> bytes:
+    program = exporter.export(model, args, opset_version=opset, **options)
+    return program.model_proto.SerializeToString()
+
+
+def _entry(key: str) -> Captured:
+    return Captured(None, None, False, {}, {}, (key,), ())  # type: ignore[arg-type]
+
+
+def test_lru_keeps_the_most_recently_used_entries():
+    cache = CaptureCache(maxsize=2)
+    cache._entries["a"], cache._entries["b"] = _entry("a"), _entry("b")
+    cache.put("c", _entry("c"))
+    assert list(cache._entries) == ["b", "c"] and cache.stats.evicted == 1
+    cache._entries.move_to_end("b")  # as a hit does
+    cache.put("d", _entry("d"))
+    assert list(cache._entries) == ["b", "d"]
+    nothing = CaptureCache(maxsize=0)
+    nothing.put("a", _entry("a"))
+    assert len(nothing) == 0
+    with pytest.raises(ValueError, match="count >= 0"):
+        CaptureCache(maxsize=-1)
+
+
+def test_exports_from_one_capture_equal_exports_that_capture_each_time():
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(3, 6)
+    cache = CaptureCache()
+    options = dict(dynamic_shapes=({0: "batch"},), input_names=["x"])
+    for opset in (18, 20, 23):
+        kept = _proto(model, (x,), opset, capture_cache=cache, capture_key="net", **options)
+        assert kept == _proto(model, (x,), opset, **options), f"opset {opset}"
+    assert (cache.stats.hits, cache.stats.misses, cache.stats.changed) == (2, 1, 0)
+    program = exporter.export(
+        model, (x,), opset_version=20, capture_cache=cache, capture_key="net", **options
+    )
+    assert program.record.timings["capture"] == program.record.timings["decomposition"] == 0.0
+    assert program.record.capture_strategy is not None
+    assert "reused from an earlier export" in program.record.notes[-1]
+
+
+def test_a_held_dim_is_forgotten_and_warned_about_on_every_export():
+    cache, x = CaptureCache(), torch.randn(2, 6)
+    options = dict(dynamic_shapes=({0: "batch"},), capture_cache=cache, capture_key="held")
+    protos = []
+    for opset in (18, 23):
+        with pytest.warns(UserWarning, match="batch|held"):
+            protos.append(_proto(HoldsBatch(), (x,), opset, **options))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert protos[-1] == _proto(HoldsBatch(), (x,), opset, dynamic_shapes=({0: "batch"},))
+    assert cache.stats.hits == 1
+
+
+def test_other_inputs_under_the_same_key_are_captured_afresh():
+    cache, model = CaptureCache(), Net().eval()
+    _proto(model, (torch.randn(3, 6),), 20, capture_cache=cache, capture_key="k")
+    other = (torch.randn(5, 6),)
+    assert _proto(model, other, 23, capture_cache=cache, capture_key="k") == _proto(
+        model, other, 23
+    )
+    assert cache.stats.mismatched == 1 and cache.stats.hits == 0
+
+
+def test_a_kept_program_that_changed_is_not_handed_out():
+    model, x = Net().eval(), torch.randn(3, 6)
+    cache = CaptureCache()
+    _proto(model, (x,), 20, capture_cache=cache, capture_key="k")
+    kept = cache._entries["k"]
+    assert fingerprint(kept.captured, kept.decomposed) == kept.fingerprint
+    weight = next(t for name, t in kept.decomposed.state_dict.items() if "weight" in name)
+    with torch.no_grad():
+        weight.add_(1.0)  # as a translation writing into a weight would
+    assert fingerprint(kept.captured, kept.decomposed) != kept.fingerprint
+    _proto(model, (x,), 23, capture_cache=cache, capture_key="k")
+    assert cache.stats.changed == 1 and cache.stats.hits == 0
+    assert fingerprint(cache._entries["k"].decomposed) == cache._entries["k"].fingerprint
+
+
+def test_a_graph_edit_changes_the_fingerprint():
+    program = torch.export.export(Net().eval(), (torch.randn(3, 6),))
+    before = fingerprint(program)
+    node = next(n for n in program.graph.nodes if n.op == "call_function")
+    node.name = node.name + "_renamed"
+    assert fingerprint(program) != before
+
+
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        ({"capture_key": "k"}, "capture_key was given without capture_cache"),
+        ({"capture_cache": CaptureCache()}, "capture_cache was given without capture_key"),
+        ({"capture_cache": {}, "capture_key": "k"}, "must be an exporter.CaptureCache"),
+        ({"capture_cache": CaptureCache(), "capture_key": ["k"]}, "must be hashable"),
+    ],
+)
+def test_capture_cache_arguments_are_checked(options, complaint):
+    with pytest.raises(InvalidExportArgumentsError, match=complaint):
+        exporter.export(Net().eval(), (torch.randn(3, 6),), **options)
+
+
+def test_an_exported_program_is_not_captured_so_takes_no_cache():
+    program = torch.export.export(Net().eval(), (torch.randn(3, 6),))
+    with pytest.raises(InvalidExportArgumentsError, match="ExportedProgram is not"):
+        exporter.export(program, capture_cache=CaptureCache(), capture_key="k")
+
+
+def test_a_reused_export_records_the_kept_programs_themselves():
+    model, x, cache = Net().eval(), torch.randn(3, 6), CaptureCache()
+    first = exporter.export(model, (x,), opset_version=20, capture_cache=cache, capture_key="k")
+    second = exporter.export(model, (x,), opset_version=23, capture_cache=cache, capture_key="k")
+    assert second.record.exported_program is first.record.exported_program
+    assert second.record.captured_program is first.record.captured_program
+    assert second.record.capture_attempts == first.record.capture_attempts
+    assert second.record.capture_attempts is not first.record.capture_attempts
