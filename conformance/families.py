@@ -12,6 +12,7 @@ _PREFIX_FAMILIES = (
     ("sparse.", "sparse"),
     ("_refs.", "refs"),
     ("torch.ops.aten.", "aten"),
+    ("quantized_decomposed.", "quantized"),
 )
 
 _NAMED_FAMILIES = {
