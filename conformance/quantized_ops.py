@@ -63,32 +63,29 @@ def _qd():
 
 
 # --------------------------------------------------------------------- callables
+def _overload(name: str, overload: str = "default") -> Callable:
+    """A callable for ``torch.ops.quantized_decomposed.<name>.<overload>`` that registers the
+    library on its first call (in the case's process)."""
+
+    def call(*args):
+        return getattr(getattr(_qd(), name), overload)(*args)
+
+    call.__name__ = call.__qualname__ = f"{name}_{overload}"
+    return call
+
+
+quantize_per_tensor = _overload("quantize_per_tensor")
+quantize_per_tensor_tensor = _overload("quantize_per_tensor", "tensor")
+quantize_per_tensor_tensor2 = _overload("quantize_per_tensor", "tensor2")
+dequantize_per_tensor = _overload("dequantize_per_tensor")
+dequantize_per_tensor_tensor = _overload("dequantize_per_tensor", "tensor")
+dequantize_per_tensor_tensor2 = _overload("dequantize_per_tensor", "tensor2")
+choose_qparams = _overload("choose_qparams", "tensor")
+choose_qparams_symmetric = _overload("choose_qparams_symmetric", "tensor")
+
+
 # Per-channel parameters arrive as tuples of numbers (baked into the module, like a converted
 # PT2E model's constants) and become tensors here.
-def quantize_per_tensor(*args):
-    return _qd().quantize_per_tensor(*args)
-
-
-def quantize_per_tensor_tensor(*args):
-    return _qd().quantize_per_tensor.tensor(*args)
-
-
-def quantize_per_tensor_tensor2(*args):
-    return _qd().quantize_per_tensor.tensor2(*args)
-
-
-def dequantize_per_tensor(*args):
-    return _qd().dequantize_per_tensor(*args)
-
-
-def dequantize_per_tensor_tensor(*args):
-    return _qd().dequantize_per_tensor.tensor(*args)
-
-
-def dequantize_per_tensor_tensor2(*args):
-    return _qd().dequantize_per_tensor.tensor2(*args)
-
-
 def _channel_params(scales, zero_points):
     return (
         torch.tensor(scales, dtype=torch.float32),
@@ -102,14 +99,6 @@ def quantize_per_channel(x, scales, zero_points, *args):
 
 def dequantize_per_channel(q, scales, zero_points, *args):
     return _qd().dequantize_per_channel(q, *_channel_params(scales, zero_points), *args)
-
-
-def choose_qparams(*args):
-    return _qd().choose_qparams.tensor(*args)
-
-
-def choose_qparams_symmetric(*args):
-    return _qd().choose_qparams_symmetric.tensor(*args)
 
 
 # ------------------------------------------------------------------------ values

@@ -10,8 +10,10 @@ Where ONNX and torch agree, a Q/DQ node is emitted:
 
 - torch quantizes ``round(x * (1/scale)) + zero_point``, ONNX ``round(x / scale) +
   zero_point`` (both round half to even): a value on a tie between two codes can land one
-  code apart (``exporter.diagnostics.compare.compare_quantized`` is the rule that allows it);
+  code apart (``exporter.diagnostics.compare.compare_codes`` is the rule that allows it);
 - a ``quant_min``/``quant_max`` narrower than the dtype is a Clip after QuantizeLinear;
+- an int32 tensor with zero points 0 (a bias) is a DequantizeLinear without zero point, so a
+  constant bias stays an int32 initializer (onnxruntime's QDQ fusion wants it so);
 - scales are float32 (torch computes there), zero points are cast to the quantized dtype.
 
 Where they do not, the translation computes torch's formula step by step instead of emitting
@@ -54,10 +56,16 @@ def _qdq_takes(ctx, dtype: torch.dtype) -> bool:
 
 
 def _constant(value):
-    """A Python number, or the numpy array of a constant value, else None."""
+    """A Python number, or the numpy array of a constant value (seen through the Identity a
+    lifted constant's ``detach`` leaves), else None."""
     if isinstance(value, (int, float)):
         return np.asarray(value)
-    if isinstance(value, ir.Value) and value.const_value is not None:
+    while isinstance(value, ir.Value) and value.const_value is None:
+        node = value.producer()
+        if node is None or node.op_type != "Identity":
+            return None
+        value = node.inputs[0]
+    if isinstance(value, ir.Value):
         return value.const_value.numpy()
     return None
 
@@ -70,6 +78,15 @@ def _fits(value, dtype: torch.dtype) -> bool:
         return True
     lo, hi = _bounds(dtype)
     return bool(np.all((array >= lo) & (array <= hi)))
+
+
+def _int32_bias(dtype: torch.dtype, zero_point) -> bool:
+    """An int32 tensor with zero points surely 0 (a bias, quantized at activation scale x
+    weight scale): DequantizeLinear takes int32 only without a zero point, at every opset."""
+    if dtype != torch.int32:
+        return False
+    array = _constant(zero_point)
+    return zero_point is None or (array is not None and not np.any(array))
 
 
 def _float32_scale(value) -> bool:
@@ -217,12 +234,13 @@ def dequantize_per_tensor(
     # scale (or not: a Python float scale stays float32 in its kernel), so those take torch's
     # formula below.
     wide = out_dtype == torch.float32
-    if wide and _qdq_takes(ctx, dtype) and _fits(zero_point, dtype):
+    bias = _int32_bias(dtype, zero_point)
+    if wide and (bias or (_qdq_takes(ctx, dtype) and _fits(zero_point, dtype))):
         return _dequantize_linear(
             ctx,
             input,
             _per_tensor_param(ctx, scale, out_dtype),
-            _per_tensor_param(ctx, zero_point, dtype),
+            None if bias else _per_tensor_param(ctx, zero_point, dtype),
             ctx.out_dtype,
         )
     converted = ctx.cast(input, out_dtype)
@@ -242,13 +260,16 @@ def dequantize_per_channel(
     # torch subtracts in the promoted integer dtype: zero points of the input's own narrow
     # dtype wrap around there, which DequantizeLinear does not do.
     wraps = zero_points is not None and ctx.dtype(zero_points) == ctx.dtype(input)
-    if (
-        _qdq_takes(ctx, dtype)
-        and not wraps
-        and _float32_scale(scales)
-        and (zero_points is None or _fits(zero_points, dtype))
+    bias = _int32_bias(dtype, zero_points)
+    if _float32_scale(scales) and (
+        bias
+        or (
+            _qdq_takes(ctx, dtype)
+            and not wraps
+            and (zero_points is None or _fits(zero_points, dtype))
+        )
     ):
-        zp = None if zero_points is None else _per_channel_param(ctx, zero_points, dtype)
+        zp = None if bias or zero_points is None else _per_channel_param(ctx, zero_points, dtype)
         return _dequantize_linear(
             ctx,
             input,

@@ -147,6 +147,34 @@ def test_pt2e_style_dequantize_is_dequantizelinear_with_integer_weights():
     np.testing.assert_allclose(run_onnx(program, (x,))[0], M()(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int32_bias_stays_an_int32_initializer_through_dequantizelinear(per_channel):
+    # onnxruntime's QDQ Conv/Gemm fusion wants the bias as DQ(int32, zero point 0); computed as
+    # Sub/Mul, the optimizer would fold it into a float constant
+    bias = torch.tensor([5, -3, 1000, 2**30], dtype=torch.int32)
+    scales, zps = torch.tensor([1e-4, 2e-4, 3e-4, 4e-4]), torch.zeros(4, dtype=torch.int64)
+    low, high = torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", bias)
+
+        def forward(self, x):
+            if per_channel:
+                dq = qd.dequantize_per_channel(self.b, scales, zps, 0, low, high, torch.int32)
+            else:
+                dq = qd.dequantize_per_tensor(self.b, 5e-4, 0, low, high, torch.int32)
+            return x + dq
+
+    x = r(3, 4)
+    program = exporter.export(M().eval(), (x,))
+    dq = [n for n in program.model.graph if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and len(dq[0].inputs) == 2  # no zero point: int32 takes none
+    assert dq[0].inputs[0].const_value is not None and dq[0].inputs[0].dtype.name == "INT32"
+    np.testing.assert_array_equal(run_onnx(program, (x,))[0], M()(x).numpy())
+
+
 # ---------------------------------------------------------------- choose_qparams
 def test_choose_qparams_uint8_is_dynamicquantizelinear():
     def fn(x):
