@@ -82,6 +82,10 @@ dequantize_per_tensor_tensor = _overload("dequantize_per_tensor", "tensor")
 dequantize_per_tensor_tensor2 = _overload("dequantize_per_tensor", "tensor2")
 choose_qparams = _overload("choose_qparams", "tensor")
 choose_qparams_symmetric = _overload("choose_qparams_symmetric", "tensor")
+choose_qparams_per_token = _overload("choose_qparams_per_token")
+choose_qparams_per_token_asymmetric = _overload("choose_qparams_per_token_asymmetric")
+quantize_per_token = _overload("quantize_per_token")
+dequantize_per_token = _overload("dequantize_per_token")
 
 
 # Per-channel parameters arrive as tuples of numbers (baked into the module, like a converted
@@ -196,6 +200,29 @@ def _choose_samples(low, high, dtype) -> Callable:
     return samples
 
 
+def _per_token_samples(*, quantize: bool) -> Callable:
+    """Tokens along the last axis: float64 ``[..., 1]`` scales and int64 zero points, as
+    ``choose_qparams_per_token_asymmetric`` gives them (graph inputs: dynamic quantization)."""
+
+    def samples():
+        found = []
+        for shape in ((4, 16), (2, 3, 8)):
+            scales = torch.rand(*shape[:-1], 1, dtype=torch.float64) * 0.05 + 0.01
+            zps = torch.randint(-20, 21, (*shape[:-1], 1))
+            if quantize:
+                found.append(Sample(_floats(*shape), (scales, zps, *INT8)))
+            else:
+                codes = _codes(*INT8, *shape)
+                found.append(Sample(codes, (scales, zps, *INT8, torch.float32)))
+        return found
+
+    return samples
+
+
+def _token_qparams_samples():
+    return [Sample(_floats(4, 16) + 0.5, (torch.int8,)), Sample(_floats(2, 3, 8), (torch.int8,))]
+
+
 def _infos() -> list[QuantOpInfo]:
     infos = []
     q, dq = "quantize_per_tensor", "dequantize_per_tensor"
@@ -293,6 +320,32 @@ def _infos() -> list[QuantOpInfo]:
             _choose_samples(*INT8),
         )
     )
+    infos += [
+        QuantOpInfo(
+            PREFIX + "quantize_per_token",
+            "int8",
+            quantize_per_token,
+            _per_token_samples(quantize=True),
+        ),
+        QuantOpInfo(
+            PREFIX + "dequantize_per_token",
+            "int8",
+            dequantize_per_token,
+            _per_token_samples(quantize=False),
+        ),
+        QuantOpInfo(
+            PREFIX + "choose_qparams_per_token",
+            "int8",
+            choose_qparams_per_token,
+            _token_qparams_samples,
+        ),
+        QuantOpInfo(
+            PREFIX + "choose_qparams_per_token_asymmetric",
+            "int8",
+            choose_qparams_per_token_asymmetric,
+            _token_qparams_samples,
+        ),
+    ]
     return infos
 
 

@@ -30,6 +30,7 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
@@ -372,6 +373,61 @@ def _source(value):
     return node if node is not None and node.op_type == "DynamicQuantizeLinear" else None
 
 
+# ------------------------------------------------------------- per token (dynamic)
+def _token_extremes(ctx, input):
+    """Each token's (last axis) min and max, kept as a size-1 last axis, in float32."""
+    x = ctx.cast(input, torch.float32)
+    last = [ctx.rank(input) - 1]
+    return R.reduce(ctx, "ReduceMin", x, last, True), R.reduce(ctx, "ReduceMax", x, last, True)
+
+
+@translates("quantized_decomposed::choose_qparams_per_token.default")
+def choose_qparams_per_token(ctx, input, dtype):
+    """torch: ``scales = max|x| per token, clamped to >= 1e-5, / 127`` (int8 only), zero points
+    0, both float32."""
+    low, high = _token_extremes(ctx, input)
+    largest = ctx.op.Max(ctx.op.Neg(low), high)
+    floor = ctx.const(np.float32(1e-5), torch.float32)
+    scales = ctx.op.Div(ctx.op.Max(largest, floor), ctx.const(np.float32(127), torch.float32))
+    return scales, ctx.op.Mul(scales, ctx.const(0.0, torch.float32))
+
+
+@translates("quantized_decomposed::choose_qparams_per_token_asymmetric.default")
+def choose_qparams_per_token_asymmetric(ctx, input, dtype):
+    """torch's per-token asymmetric int8 qparams (XNNPACK's rule): the range widened to hold 0,
+    ``scale = max(range / 255, eps)``, the zero point from whichever end errs less, clamped
+    then rounded; a float64 scale and an int64 zero point."""
+    f32 = torch.float32
+    low, high = _token_extremes(ctx, input)
+    zero = ctx.const(0.0, f32)
+    low, high = ctx.op.Min(low, zero), ctx.op.Max(high, zero)
+    eps = ctx.const(np.float32(torch.finfo(torch.float32).eps), f32)
+    scale = ctx.op.Max(ctx.op.Div(ctx.op.Sub(high, low), ctx.const(255.0, f32)), eps)
+    descaled_min, descaled_max = ctx.op.Div(low, scale), ctx.op.Div(high, scale)
+    qmin, qmax = ctx.const(-128.0, f32), ctx.const(127.0, f32)
+    from_min = ctx.op.Add(qmin, descaled_min)
+    from_max = ctx.op.Add(qmax, descaled_max)
+    zero_point = ctx.op.Where(
+        ctx.op.Greater(ctx.op.Add(from_min, from_max), zero),
+        ctx.op.Sub(qmin, descaled_min),
+        ctx.op.Sub(qmax, descaled_max),
+    )
+    zero_point = ctx.op.Round(ctx.op.Clip(zero_point, qmin, qmax))
+    return ctx.cast(scale, torch.float64), ctx.cast(zero_point, torch.int64)
+
+
+@translates("quantized_decomposed::quantize_per_token.default")
+def quantize_per_token(ctx, input, scales, zero_points, quant_min, quant_max, dtype):
+    """torch: ``clamp(round(x * (1 / scales) + zero_points))`` in the promoted dtype (float64
+    scales widen x), the scales shaped like the tokens (``[..., 1]``)."""
+    wide = ctx.result_type(input, scales, zero_points)
+    inverse = ctx.op.Div(ctx.const(1.0, wide), ctx.cast(scales, wide))
+    scaled = ctx.op.Mul(ctx.cast(input, wide), inverse)
+    codes = ctx.op.Round(ctx.op.Add(scaled, ctx.cast(zero_points, wide)))
+    low, high = ctx.const(quant_min, wide), ctx.const(quant_max, wide)
+    return ctx.cast(ctx.op.Clip(codes, low, high), dtype)
+
+
 # ------------------------------------------------------------ fake quantize (QAT)
 def _fake_dtype(ctx, quant_min: int, quant_max: int) -> torch.dtype | None:
     """The narrowest integer dtype QuantizeLinear takes that holds ``quant_min..quant_max``."""
@@ -478,3 +534,35 @@ def fake_quantize_per_channel_affine_cachemask(
     axis = S.axis(axis, ctx.rank(self))
     result = _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)
     return _with_mask(ctx, result, quant_min, quant_max)
+
+
+def _learned_zero_point(ctx, zero_point, quant_min, quant_max):
+    """A learnable fake-quantize's float zero point as torch's kernel uses it: rounded half to
+    even, clamped to the range, then an integer (int32)."""
+    low, high = (ctx.const(float(v), torch.float32) for v in (quant_min, quant_max))
+    rounded = ctx.op.Round(ctx.cast(zero_point, torch.float32))
+    return ctx.cast(ctx.op.Clip(rounded, low, high), torch.int32)
+
+
+def _first(ctx, value):
+    """``value[0]`` of a 1-D tensor, 0-d (torch's per-tensor kernels read only the first)."""
+    return ctx.op.Reshape(ctx.op.Slice(ctx.op.Reshape(value, [-1]), [0], [1]), [])
+
+
+@translates(torch.ops.aten._fake_quantize_learnable_per_tensor_affine.default)
+def fake_quantize_learnable_per_tensor_affine(
+    ctx, self, scale, zero_point, quant_min, quant_max, grad_factor=1.0
+):
+    # grad_factor scales the gradients only
+    zp = _learned_zero_point(ctx, _first(ctx, zero_point), quant_min, quant_max)
+    scale = _first(ctx, scale)
+    return _fake_quantize(ctx, self, scale, zp, quant_min, quant_max)[0]
+
+
+@translates(torch.ops.aten._fake_quantize_learnable_per_channel_affine.default)
+def fake_quantize_learnable_per_channel_affine(
+    ctx, self, scale, zero_point, axis, quant_min, quant_max, grad_factor=1.0
+):
+    axis = S.axis(axis, ctx.rank(self))
+    zp = _learned_zero_point(ctx, zero_point, quant_min, quant_max)
+    return _fake_quantize(ctx, self, scale, zp, quant_min, quant_max, axis=axis)[0]

@@ -206,6 +206,24 @@ def test_choose_qparams_int8_matches_torch(symmetric):
     np.testing.assert_allclose(want_scale.numpy(), scale, rtol=1e-7)
 
 
+@pytest.mark.parametrize("asymmetric", [True, False])
+def test_per_token_dynamic_quantization_matches_torch(asymmetric):
+    choose = qd.choose_qparams_per_token_asymmetric if asymmetric else qd.choose_qparams_per_token
+
+    def fn(x):
+        scales, zps = choose(x, torch.int8)
+        codes = qd.quantize_per_token(x, scales, zps, -128, 127, torch.int8)
+        return codes, qd.dequantize_per_token(
+            codes, scales, zps, -128, 127, torch.int8, torch.float32
+        )
+
+    x = r(2, 3, 16) * 2 + 0.5
+    program, _ = _export(fn, (x,))
+    (want_codes, want), (codes, got) = fn(x), run_onnx(program, (x,))
+    assert compare_codes(want_codes.numpy(), codes).ok
+    np.testing.assert_array_equal(want.numpy(), got)
+
+
 # ------------------------------------------------------------ fake quantize
 def _fake_cases():
     scale_t, zp_t = torch.tensor([0.05]), torch.tensor([3], dtype=torch.int32)
@@ -240,6 +258,19 @@ def _fake_cases():
             "cachemask_tensor_qparams_off",
             lambda x: aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
                 x, scale_t, zp_t, torch.tensor([0], dtype=torch.long), 0, 255
+            ),
+        ),
+        # QAT's learnable fake quantize: float zero points rounded (half to even) and clamped
+        (
+            "learnable_per_tensor",
+            lambda x: torch._fake_quantize_learnable_per_tensor_affine(
+                x, torch.tensor([0.05]), torch.tensor([2.5]), 0, 255, 1.0
+            ),
+        ),
+        (
+            "learnable_per_channel",
+            lambda x: torch._fake_quantize_learnable_per_channel_affine(
+                x, per_ch_scale, torch.tensor([0.4, 5.5, -300.0]), 1, -128, 127, 1.0
             ),
         ),
         (
