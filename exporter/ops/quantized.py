@@ -20,7 +20,13 @@ Where they do not, the translation computes torch's formula step by step instead
 a node that would compute something else: a dtype QuantizeLinear does not take at the target
 opset (int16 before opset 21, int32, float8), a constant zero point outside the dtype, float64
 scales a float32 scale cannot hold, and ``dequantize_per_channel`` with zero points of the
-input's own narrow dtype (torch's subtraction then wraps around).
+input's own narrow dtype (torch's subtraction then wraps around). Per-token quantization
+(``quantize_per_token``, ``choose_qparams_per_token*``) is torch's formula throughout.
+
+QAT graphs: the fake-quantize family (cachemask variants and the learnable ones, whose float
+zero points are rounded as torch's kernel does) is a Q/DQ pair; the fused observer
+(``fused_moving_avg_obs_fake_quant``) is one once its observer is off, with the qparams torch
+derives from the constant running min/max.
 """
 
 from __future__ import annotations
@@ -566,3 +572,68 @@ def fake_quantize_learnable_per_channel_affine(
     axis = S.axis(axis, ctx.rank(self))
     zp = _learned_zero_point(ctx, zero_point, quant_min, quant_max)
     return _fake_quantize(ctx, self, scale, zp, quant_min, quant_max, axis=axis)[0]
+
+
+@translates(torch.ops.aten._fused_moving_avg_obs_fq_helper_functional.default)
+def fused_moving_avg_obs_fake_quant(
+    ctx,
+    self,
+    observer_on,
+    fake_quant_on,
+    running_min,
+    running_max,
+    scale,
+    zero_point,
+    averaging_const,
+    quant_min,
+    quant_max,
+    ch_axis,
+    per_row_fake_quant=False,
+    symmetric_quant=False,
+):
+    """QAT's fused observer + fake quantize (PT2E's default QAT scheme), with the observer off:
+    the scale and zero point follow from the constant running min/max alone, so torch's own
+    kernel computes them here, once, and the op is a fake quantize with constant qparams (a
+    Q/DQ pair). With the observer on, every call would move the running min/max by its input,
+    state an inference graph does not keep: the translation refuses and says what to do."""
+    observer, enabled = _constant(observer_on), _constant(fake_quant_on)
+    stats = [_constant(v) for v in (running_min, running_max, scale, zero_point)]
+    if observer is None or int(observer.reshape(-1)[0]) != 0 or any(s is None for s in stats):
+        raise NotImplementedError(
+            "fused_moving_avg_obs_fake_quant with its observer on (or its running min/max not "
+            "constants) moves the running min/max with every input, which an inference graph "
+            "cannot keep. Turn the observers off before export (model.apply(torchao.quantization"
+            ".pt2e.disable_observer), or torch.ao.quantization.disable_observer), or export the "
+            "model after convert_pt2e (Q/DQ)."
+        )
+    low, high, scales, zps = (torch.from_numpy(np.array(s)) for s in stats)
+    probe = torch.zeros([max(int(low.numel()), 1)] + [1] * max(ctx.rank(self) - 1, 0))
+    torch.fused_moving_avg_obs_fake_quant(
+        probe.movedim(0, ch_axis) if per_row_fake_quant else probe,
+        torch.tensor([0]),
+        torch.tensor([1]),
+        low,
+        high,
+        scales,
+        zps,
+        averaging_const,
+        quant_min,
+        quant_max,
+        ch_axis,
+        per_row_fake_quant,
+        symmetric_quant,
+    )
+    scale_out = ctx.const(scales.numpy(), torch.float32)
+    zp_out = ctx.const(zps.numpy(), torch.int32)
+    axis = S.axis(ch_axis, ctx.rank(self)) if per_row_fake_quant else None
+    if enabled is not None and int(enabled.reshape(-1)[0]) == 0:
+        out = ctx.op.Identity(self)
+        mask = ctx.op.ConstantOfShape(ctx.op.Shape(self), value=ir.tensor([True]))
+    else:
+        out, mask = _with_mask(
+            ctx,
+            _fake_quantize(ctx, self, scale_out, zp_out, quant_min, quant_max, axis=axis),
+            quant_min,
+            quant_max,
+        )
+    return out, mask, running_min, running_max, scale_out, zp_out
