@@ -1,6 +1,7 @@
 """Hand-written op infos for the quantization ops PyTorch's OpInfo database lacks: PT2E's
-``quantized_decomposed`` quantize/dequantize (per tensor, every overload, and per channel) and
-choose_qparams, as op cases beside the OpInfo ones (``op_cases.op_infos`` lists both).
+``quantized_decomposed`` quantize/dequantize (per tensor with every overload, per channel, per
+token, per channel group) and choose_qparams, as op cases beside the OpInfo ones
+(``op_cases.op_infos`` lists both).
 
 Each entry is one op and one quantization scheme, named ``quantized_decomposed.<op>.<scheme>``
 (``--ops 'quantized_decomposed.*'``), with at most ``op_cases.DEFAULT_SAMPLES`` samples so that
@@ -103,6 +104,14 @@ def quantize_per_channel(x, scales, zero_points, *args):
 
 def dequantize_per_channel(q, scales, zero_points, *args):
     return _qd().dequantize_per_channel(q, *_channel_params(scales, zero_points), *args)
+
+
+def quantize_per_channel_group(x, scales, zero_points, *args):
+    return _qd().quantize_per_channel_group(x, *_channel_params(scales, zero_points), *args)
+
+
+def dequantize_per_channel_group(q, scales, zero_points, *args):
+    return _qd().dequantize_per_channel_group(q, *_channel_params(scales, zero_points), *args)
 
 
 # ------------------------------------------------------------------------ values
@@ -219,13 +228,42 @@ def _per_token_samples(*, quantize: bool) -> Callable:
     return samples
 
 
+def _group_samples(*, quantize: bool) -> Callable:
+    """8da4w-style int4 weights: groups along each row, one scale and zero point per group."""
+
+    def samples():
+        found = []
+        for (rows, columns), group in (((4, 8), 4), ((6, 32), 16)):
+            count = rows * columns // group
+            scales = _channel_values(count, 0.05, 0.2)
+            zps = tuple((k % 5) - 2 for k in range(count))
+            if quantize:
+                found.append(
+                    Sample(_floats(rows, columns, spread=0.5), (scales, zps, *INT4, group))
+                )
+            else:
+                codes = _codes(*INT4, rows, columns)
+                found.append(Sample(codes, (scales, zps, *INT4, group, torch.float32)))
+        return found
+
+    return samples
+
+
 def _token_qparams_samples():
     return [Sample(_floats(4, 16) + 0.5, (torch.int8,)), Sample(_floats(2, 3, 8), (torch.int8,))]
 
 
+def _pair(kind: str, scheme: str, make: Callable, quantize_fn, dequantize_fn) -> list:
+    """The quantize and the dequantize info of one scheme; ``make(quantize=...)`` gives the
+    sample generator of each (float inputs, or codes)."""
+    return [
+        QuantOpInfo(PREFIX + "quantize_" + kind, scheme, quantize_fn, make(quantize=True)),
+        QuantOpInfo(PREFIX + "dequantize_" + kind, scheme, dequantize_fn, make(quantize=False)),
+    ]
+
+
 def _infos() -> list[QuantOpInfo]:
     infos = []
-    q, dq = "quantize_per_tensor", "dequantize_per_tensor"
     for scheme, bounds, scale, zp in (
         ("int8", INT8, 0.05, -3),
         ("uint8", UINT8, 0.04, 128),
@@ -233,105 +271,54 @@ def _infos() -> list[QuantOpInfo]:
         ("narrow", NARROW_INT8, 0.05, 0),
         ("uint4", UINT4, 0.2, 8),
     ):
-        infos.append(
-            QuantOpInfo(
-                PREFIX + q,
-                scheme,
-                quantize_per_tensor,
-                _per_tensor_samples(*bounds, scale, zp, quantize=True),
-            )
-        )
-        infos.append(
-            QuantOpInfo(
-                PREFIX + dq,
-                scheme,
-                dequantize_per_tensor,
-                _per_tensor_samples(*bounds, scale, zp, quantize=False),
-            )
-        )
-    infos.append(QuantOpInfo(PREFIX + q, "ties", quantize_per_tensor, _ties_samples))
-    infos.append(
-        QuantOpInfo(
-            PREFIX + dq,
-            "int32",
-            dequantize_per_tensor,
-            _per_tensor_samples(*INT32, 0.05 * 0.01, 0, quantize=False),
-        )
-    )
+        make = functools.partial(_per_tensor_samples, *bounds, scale, zp)
+        infos += _pair("per_tensor", scheme, make, quantize_per_tensor, dequantize_per_tensor)
     for variant, quantize_fn, dequantize_fn, bounds_too in (
         ("tensor", quantize_per_tensor_tensor, dequantize_per_tensor_tensor, False),
         ("tensor2", quantize_per_tensor_tensor2, dequantize_per_tensor_tensor2, True),
     ):
-        infos.append(
-            QuantOpInfo(
-                PREFIX + q,
-                variant,
-                quantize_fn,
-                _tensor_qparams_samples(quantize=True, bounds_too=bounds_too),
-            )
-        )
-        infos.append(
-            QuantOpInfo(
-                PREFIX + dq,
-                variant,
-                dequantize_fn,
-                _tensor_qparams_samples(quantize=False, bounds_too=bounds_too),
-            )
-        )
+        make = functools.partial(_tensor_qparams_samples, bounds_too=bounds_too)
+        infos += _pair("per_tensor", variant, make, quantize_fn, dequantize_fn)
     for scheme, bounds, zp in (
         ("int8", INT8, 0),
         ("uint8", UINT8, 120),
         ("int4", INT4, 0),
         ("narrow", NARROW_INT8, -1),
     ):
-        infos.append(
-            QuantOpInfo(
-                PREFIX + "quantize_per_channel",
-                scheme,
-                quantize_per_channel,
-                _per_channel_samples(*bounds, zp, quantize=True),
-            )
-        )
-        infos.append(
-            QuantOpInfo(
-                PREFIX + "dequantize_per_channel",
-                scheme,
-                dequantize_per_channel,
-                _per_channel_samples(*bounds, zp, quantize=False),
-            )
-        )
-    infos.append(
+        make = functools.partial(_per_channel_samples, *bounds, zp)
+        infos += _pair("per_channel", scheme, make, quantize_per_channel, dequantize_per_channel)
+    infos += _pair(
+        "per_token", "int8", _per_token_samples, quantize_per_token, dequantize_per_token
+    )
+    infos += _pair(
+        "per_channel_group",
+        "int4",
+        _group_samples,
+        quantize_per_channel_group,
+        dequantize_per_channel_group,
+    )
+    bias = 0.05 * 0.01  # activation scale x weight scale
+    infos += [
+        QuantOpInfo(PREFIX + "quantize_per_tensor", "ties", quantize_per_tensor, _ties_samples),
+        QuantOpInfo(
+            PREFIX + "dequantize_per_tensor",
+            "int32",
+            dequantize_per_tensor,
+            _per_tensor_samples(*INT32, bias, 0, quantize=False),
+        ),
         QuantOpInfo(
             PREFIX + "dequantize_per_channel",
             "int32",
             dequantize_per_channel,
             _per_channel_samples(*INT32, 0, quantize=False),
-        )
-    )
-    for scheme, bounds in (("uint8", UINT8), ("int8", INT8)):
-        infos.append(
-            QuantOpInfo(PREFIX + "choose_qparams", scheme, choose_qparams, _choose_samples(*bounds))
-        )
-    infos.append(
+        ),
+        QuantOpInfo(PREFIX + "choose_qparams", "uint8", choose_qparams, _choose_samples(*UINT8)),
+        QuantOpInfo(PREFIX + "choose_qparams", "int8", choose_qparams, _choose_samples(*INT8)),
         QuantOpInfo(
             PREFIX + "choose_qparams_symmetric",
             "int8",
             choose_qparams_symmetric,
             _choose_samples(*INT8),
-        )
-    )
-    infos += [
-        QuantOpInfo(
-            PREFIX + "quantize_per_token",
-            "int8",
-            quantize_per_token,
-            _per_token_samples(quantize=True),
-        ),
-        QuantOpInfo(
-            PREFIX + "dequantize_per_token",
-            "int8",
-            dequantize_per_token,
-            _per_token_samples(quantize=False),
         ),
         QuantOpInfo(
             PREFIX + "choose_qparams_per_token",

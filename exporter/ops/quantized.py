@@ -434,6 +434,55 @@ def quantize_per_token(ctx, input, scales, zero_points, quant_min, quant_max, dt
     return ctx.cast(ctx.op.Clip(codes, low, high), dtype)
 
 
+# ------------------------------------------------------ per channel group (int4 weights)
+def _group_size(ctx, input, scales, group_size: int) -> int:
+    """torch's group size, which becomes the whole row when it exceeds the row and there is
+    one scale per row (GPTQ's single column)."""
+    row = ctx.meta(input).shape[-1]
+    if isinstance(row, int) and group_size > row and ctx.meta(scales).shape[-1] == 1:
+        return row
+    return group_size
+
+
+@translates("quantized_decomposed::quantize_per_channel_group.default")
+def quantize_per_channel_group(
+    ctx, input, scales, zero_points, quant_min, quant_max, dtype, group_size=128
+):
+    """torch: each row's groups of ``group_size`` quantized with their own scale and zero
+    point, ``clamp(round(x * (1 / scales) + zero_points))``."""
+    group_size = _group_size(ctx, input, scales, group_size)
+    wide = ctx.result_type(input, scales, zero_points)
+    grouped = ctx.op.Reshape(ctx.cast(input, wide), ctx.const([-1, group_size], torch.int64))
+    column = ctx.const([-1, 1], torch.int64)
+    inverse = ctx.op.Div(ctx.const(1.0, wide), ctx.op.Reshape(ctx.cast(scales, wide), column))
+    shift = ctx.op.Reshape(ctx.cast(zero_points, wide), column)
+    codes = ctx.op.Round(ctx.op.Add(ctx.op.Mul(grouped, inverse), shift))
+    codes = ctx.op.Clip(codes, ctx.const(quant_min, wide), ctx.const(quant_max, wide))
+    return ctx.op.Reshape(ctx.cast(codes, dtype), ctx.op.Shape(input))
+
+
+@translates("quantized_decomposed::dequantize_per_channel_group.default")
+def dequantize_per_channel_group(
+    ctx,
+    w_int8,
+    scales,
+    zero_points,
+    quant_min,
+    quant_max,
+    dtype,
+    group_size=128,
+    output_dtype=torch.float32,
+):
+    """torch: ``(w - zero_points) * scales`` per group of ``group_size`` in each row."""
+    group_size = _group_size(ctx, w_int8, scales, group_size)
+    grouped = ctx.op.Reshape(w_int8, ctx.const([-1, group_size], torch.int64))
+    column = ctx.const([-1, 1], torch.int64)
+    if zero_points is not None:
+        grouped = _binary(ctx, "Sub", grouped, ctx.op.Reshape(zero_points, column))
+    scaled = _binary(ctx, "Mul", grouped, ctx.op.Reshape(scales, column))
+    return ctx.cast(ctx.op.Reshape(scaled, ctx.op.Shape(w_int8)), ctx.out_dtype)
+
+
 # ------------------------------------------------------------ fake quantize (QAT)
 def _fake_dtype(ctx, quant_min: int, quant_max: int) -> torch.dtype | None:
     """The narrowest integer dtype QuantizeLinear takes that holds ``quant_min..quant_max``."""

@@ -224,6 +224,26 @@ def test_per_token_dynamic_quantization_matches_torch(asymmetric):
     np.testing.assert_array_equal(want.numpy(), got)
 
 
+def test_per_channel_group_int4_round_trip_matches_torch():
+    # 8da4w-style int4 weights: groups of 4 along each row, int8 storage with range -8..7
+    scales = torch.rand(8) * 0.1 + 0.05
+    zps = torch.tensor([0, 1, -1, 2, -2, 0, 3, -3], dtype=torch.int32)
+
+    def fn(w):
+        codes = qd.quantize_per_channel_group(w, scales, zps, -8, 7, torch.int8, 4)
+        dq = qd.dequantize_per_channel_group(
+            codes, scales, zps, -8, 7, torch.int8, 4, torch.float32
+        )
+        return codes, dq
+
+    w = r(4, 8) * 0.5
+    program, _ = _export(fn, (w,))
+    (want_codes, want), (codes, got) = fn(w), run_onnx(program, (w,))
+    assert compare_codes(want_codes.numpy(), codes).ok
+    assert codes.min() >= -8 and codes.max() <= 7 and (codes == -8).any()  # saturated somewhere
+    np.testing.assert_array_equal(want.numpy(), got)
+
+
 # ------------------------------------------------------------ fake quantize
 def _fake_cases():
     scale_t, zp_t = torch.tensor([0.05]), torch.tensor([3], dtype=torch.int32)
