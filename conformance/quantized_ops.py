@@ -1,7 +1,8 @@
 """Hand-written op infos for the quantization ops PyTorch's OpInfo database lacks: PT2E's
 ``quantized_decomposed`` quantize/dequantize (per tensor with every overload, per channel, per
 token, per channel group) and choose_qparams, as op cases beside the OpInfo ones
-(``op_cases.op_infos`` lists both).
+(``op_cases.op_infos`` lists both); and ATen's fake-quantize family (QAT), named after its ops
+(``fake_quantize_per_tensor_affine.uint8``, ``--ops '*fake_quantize*'``).
 
 Each entry is one op and one quantization scheme, named ``quantized_decomposed.<op>.<scheme>``
 (``--ops 'quantized_decomposed.*'``), with at most ``op_cases.DEFAULT_SAMPLES`` samples so that
@@ -336,5 +337,95 @@ def _infos() -> list[QuantOpInfo]:
     return infos
 
 
+# ----------------------------------------------------------- fake quantize (QAT)
+def _fake_samples(*params, channel_params=None, scalar: bool = True) -> Callable:
+    """``[4, 16]`` and ``[2, 3, 5]`` inputs (and a 0-d one when ``scalar``); per-channel
+    parameters (``channel_params(channels)``) are along axis 1."""
+
+    def samples():
+        found = []
+        shapes = [(4, 16), (2, 3, 5)] + ([()] if scalar else [])
+        for shape in shapes:
+            extra = () if channel_params is None else channel_params(shape[1])
+            found.append(Sample(_floats(*shape), (*extra, *params)))
+        return found
+
+    return samples
+
+
+def _channel_fake_params(channels: int, *, learnable: bool = False) -> tuple:
+    scales = torch.linspace(0.02, 0.1, channels)
+    if learnable:  # float zero points, rounded by the kernel (ties among them)
+        return scales, torch.arange(channels, dtype=torch.float32) * 1.5 - 2.5, 1
+    return scales, torch.arange(channels, dtype=torch.int32) * 3 - 2, 1
+
+
+def _fake_infos() -> list[QuantOpInfo]:
+    aten = torch.ops.aten
+    on = torch.tensor([1])
+    return [
+        QuantOpInfo(
+            "fake_quantize_per_tensor_affine",
+            "uint8",
+            torch.fake_quantize_per_tensor_affine,
+            _fake_samples(0.05, 3, 0, 255),
+        ),
+        QuantOpInfo(
+            "fake_quantize_per_tensor_affine",
+            "narrow",
+            torch.fake_quantize_per_tensor_affine,
+            _fake_samples(0.1, 2, 0, 15),
+        ),
+        QuantOpInfo(
+            "fake_quantize_per_tensor_affine",
+            "tensor_qparams",
+            torch.fake_quantize_per_tensor_affine,
+            _fake_samples(torch.tensor([0.05]), torch.tensor([-3], dtype=torch.int32), -128, 127),
+        ),
+        QuantOpInfo(
+            "fake_quantize_per_tensor_affine_cachemask",
+            "uint8",
+            aten.fake_quantize_per_tensor_affine_cachemask,
+            _fake_samples(0.05, 3, 0, 255),
+        ),
+        QuantOpInfo(
+            "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
+            "uint8",
+            aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams,
+            _fake_samples(torch.tensor([0.05]), torch.tensor([3], dtype=torch.int32), on, 0, 255),
+        ),
+        QuantOpInfo(
+            "_fake_quantize_learnable_per_tensor_affine",
+            "uint8",
+            torch._fake_quantize_learnable_per_tensor_affine,
+            _fake_samples(torch.tensor([0.05]), torch.tensor([2.5]), 0, 255, 1.0),
+        ),
+        QuantOpInfo(
+            "fake_quantize_per_channel_affine",
+            "int8",
+            torch.fake_quantize_per_channel_affine,
+            _fake_samples(-128, 127, channel_params=_channel_fake_params, scalar=False),
+        ),
+        QuantOpInfo(
+            "fake_quantize_per_channel_affine_cachemask",
+            "int8",
+            aten.fake_quantize_per_channel_affine_cachemask,
+            _fake_samples(-128, 127, channel_params=_channel_fake_params, scalar=False),
+        ),
+        QuantOpInfo(
+            "_fake_quantize_learnable_per_channel_affine",
+            "int8",
+            torch._fake_quantize_learnable_per_channel_affine,
+            _fake_samples(
+                -128,
+                127,
+                1.0,
+                channel_params=functools.partial(_channel_fake_params, learnable=True),
+                scalar=False,
+            ),
+        ),
+    ]
+
+
 #: Every hand-written op info, in a stable order.
-INFOS: tuple[QuantOpInfo, ...] = tuple(_infos())
+INFOS: tuple[QuantOpInfo, ...] = (*_infos(), *_fake_infos())

@@ -38,6 +38,7 @@ import torch
 from exporter import _dtypes
 from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
+from exporter.ops._fake_kernels import fake_kernels, meta_library
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
@@ -484,6 +485,38 @@ def dequantize_per_channel_group(
 
 
 # ------------------------------------------------------------ fake quantize (QAT)
+def _like(self, *args, **kwargs):
+    return torch.empty_like(self)
+
+
+def _like_with_mask(self, *args, **kwargs):
+    return torch.empty_like(self), torch.empty_like(self, dtype=torch.bool)
+
+
+def _fused_observer_like(self, observer_on, fake_quant_on, running_min, running_max, scale, zp, *a):
+    return (
+        *_like_with_mask(self),
+        *(torch.empty_like(t) for t in (running_min, running_max, scale, zp)),
+    )
+
+
+@fake_kernels
+def _register_meta_kernels() -> torch.library.Library | None:
+    """The fake-quantize family has CPU kernels only; fake tensors fall back to a real kernel
+    for static shapes alone, so torch.export could not capture QAT graphs with dynamic shapes.
+    Each output has its input's shape (the mask: bool)."""
+    return meta_library(
+        {
+            "fake_quantize_per_tensor_affine_cachemask": _like_with_mask,
+            "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams": _like_with_mask,
+            "fake_quantize_per_channel_affine_cachemask": _like_with_mask,
+            "_fake_quantize_learnable_per_tensor_affine": _like,
+            "_fake_quantize_learnable_per_channel_affine": _like,
+            "_fused_moving_avg_obs_fq_helper_functional": _fused_observer_like,
+        }
+    )
+
+
 def _fake_dtype(ctx, quant_min: int, quant_max: int) -> torch.dtype | None:
     """The narrowest integer dtype QuantizeLinear takes that holds ``quant_min..quant_max``."""
     for dtype in (torch.uint8, torch.int8, torch.uint16, torch.int16):

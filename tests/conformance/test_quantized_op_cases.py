@@ -20,7 +20,8 @@ NAMES = [opinfo_name(info) for info in quantized_ops.INFOS]
 def test_names_are_unique_and_every_sample_fits_a_default_run():
     assert len(NAMES) == len(set(NAMES))
     for info, name in zip(quantized_ops.INFOS, NAMES, strict=True):
-        assert name.startswith("quantized_decomposed.") and op_family(name) == "quantized"
+        assert name.startswith(("quantized_decomposed.", "fake_quantize", "_fake_quantize"))
+        assert op_family(name) == "quantized"
         count = len(info.sample_inputs("cpu", torch.float32))
         assert 1 <= count <= op_cases.DEFAULT_SAMPLES, name
 

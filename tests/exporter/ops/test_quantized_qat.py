@@ -20,6 +20,10 @@ torchao_pt2e = pytest.importorskip("torchao.quantization.pt2e")
 x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
 
 
+def r_input(*shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))) * 2
+
+
 class ConvLinear(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -61,3 +65,31 @@ def test_with_observers_on_the_export_says_to_turn_them_off():
     model, x = _prepared(observers=True)
     with pytest.raises(TranslationError, match="disable_observer"):
         exporter.export(model, (x,))
+
+
+class FusedObserver(torch.nn.Module):
+    """What a fused fake quantizer calls, with its observer off (buffers as in torchao's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("observer_on", torch.tensor([0]))
+        self.register_buffer("fake_quant_on", torch.tensor([1]))
+        self.register_buffer("running_min", torch.tensor([-1.5]))
+        self.register_buffer("running_max", torch.tensor([2.0]))
+        self.register_buffer("scale", torch.tensor([1.0]))
+        self.register_buffer("zero_point", torch.tensor([0], dtype=torch.int32))
+
+    def forward(self, x):
+        return torch.fused_moving_avg_obs_fake_quant(
+            x, self.observer_on, self.fake_quant_on, self.running_min, self.running_max,
+            self.scale, self.zero_point, 0.01, 0, 255, 0, False, False,
+        )  # fmt: skip
+
+
+def test_the_fused_observer_exports_with_a_dynamic_batch():
+    # the fake-quantize ops have CPU kernels only: the exporter's Meta kernels let torch.export
+    # trace them with symbolic sizes
+    model, x = FusedObserver().eval(), r_input(4, 8)
+    program = exporter.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    grown = r_input(7, 8)
+    np.testing.assert_array_equal(run_onnx(program, (grown,))[0], model(grown).numpy())
