@@ -664,8 +664,8 @@ class OpPrepared(Prepared):
 
 
 def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
-    """How the case is judged: ``(tolerance, distribution, shape_only, sign_invariant)``, each
-    noted in the row."""
+    """How the case is judged: ``(tolerance, distribution, shape_only, sign_invariant,
+    code_tie_fraction)``, each noted in the row."""
     # Random outputs are judged by distribution over several draws of eager and of the model.
     distribution = planted is None and policy.is_distribution(case.op)
     if distribution:
@@ -676,7 +676,10 @@ def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
     outcome.extra["tolerance_source"] = tolerance.source
     if shape_only:
         outcome.extra["shape_only"] = True
-    return tolerance, distribution, shape_only, policy.sign_invariant(case.op)
+    code_tie_fraction = policy.code_tie_fraction(case.op)
+    if code_tie_fraction is not None:
+        outcome.extra["code_tie_fraction"] = code_tie_fraction
+    return tolerance, distribution, shape_only, policy.sign_invariant(case.op), code_tie_fraction
 
 
 def _prepare(case: OpCase, outcome) -> OpPrepared:
@@ -691,7 +694,7 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
     outcome.extra["sample"] = facts
-    tolerance, distribution, shape_only, sign_invariant = _judging(
+    tolerance, distribution, shape_only, sign_invariant, code_tie_fraction = _judging(
         case, policy, planted, shape_only, outcome
     )
     dynamic = case.shapes == "dynamic"
@@ -714,9 +717,6 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
         outcome,
     )
 
-    code_tie_fraction = policy.code_tie_fraction(case.op)
-    if code_tie_fraction is not None:
-        outcome.extra["code_tie_fraction"] = code_tie_fraction
     input_names = exporters.input_names_for(inputs)
     feeds2 = expected2_np = None
     if inputs2 is not None:
