@@ -12,6 +12,7 @@ _PREFIX_FAMILIES = (
     ("sparse.", "sparse"),
     ("_refs.", "refs"),
     ("torch.ops.aten.", "aten"),
+    ("quantized_decomposed.", "quantized"),
 )
 
 _NAMED_FAMILIES = {
@@ -79,6 +80,13 @@ _NAMED_FAMILIES = {
     "conversion": (
         "to type_as double float half bfloat16 int long short bool byte char cdouble cfloat "
         "chalf view_as_real view_as_complex resolve_conj resolve_neg to_sparse item"
+    ),
+    # ATen's fake-quantize family (conformance/quantized_ops.py; quantized_decomposed.* by prefix)
+    "quantized": (
+        "fake_quantize_per_tensor_affine fake_quantize_per_tensor_affine_cachemask "
+        "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams fake_quantize_per_channel_affine "
+        "fake_quantize_per_channel_affine_cachemask _fake_quantize_learnable_per_tensor_affine "
+        "_fake_quantize_learnable_per_channel_affine"
     ),
     # OpInfo entries that test a mechanism rather than an op.
     "other": "hash_tensor jiterator_2inputs_2outputs jiterator_4inputs_with_extra_args torch",

@@ -51,7 +51,8 @@ from conformance.runs import READ_ONLY_ENV
 if TYPE_CHECKING:
     from conformance.plugin import Options
 
-MANIFEST_FORMAT = 2
+#: 3: the hand-written quantization op infos (``quantized_ops``) joined the op list.
+MANIFEST_FORMAT = 3
 #: Samples per op in a default run. Measured with our exporter: about 0.12 CPU-seconds per case
 #: (export, checker, onnxruntime, compare), so the default set of about 4,100 cases (678 OpInfos
 #: x 3 samples + 163 in-place variants x 1, static and dynamic) needs roughly 8-9 CPU-minutes:
@@ -272,6 +273,14 @@ def op_db() -> list:
     return list(database)
 
 
+def op_infos() -> list:
+    """The op infos cases are drawn from: PyTorch's OpInfo database, then the hand-written
+    quantization ops it lacks (``conformance.quantized_ops``)."""
+    from conformance.quantized_ops import INFOS
+
+    return [*op_db(), *INFOS]
+
+
 def opinfo_name(info) -> str:
     return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
 
@@ -284,7 +293,7 @@ def inplace_name(info) -> str:
 @functools.cache
 def _ops_by_case_name() -> dict[str, tuple[Any, bool]]:
     table: dict[str, tuple[Any, bool]] = {}
-    for info in op_db():
+    for info in op_infos():
         table[opinfo_name(info)] = (info, False)
         if info.inplace_variant is not None:
             table.setdefault(inplace_name(info), (info, True))
@@ -293,13 +302,18 @@ def _ops_by_case_name() -> dict[str, tuple[Any, bool]]:
 
 def resolve_op(op: str) -> tuple[Any, bool]:
     """The OpInfo behind a case's op name, and whether the case uses its in-place variant."""
+    from conformance.quantized_ops import INFOS
+
+    for info in INFOS:  # without importing op_db
+        if opinfo_name(info) == op:
+            return info, False
     table = _ops_by_case_name()
     if op not in table:
         import difflib
 
         close = difflib.get_close_matches(op, table, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"no OpInfo named {op!r} in torch's op_db.{hint}")
+        raise KeyError(f"no OpInfo named {op!r} in torch's op_db or quantized_ops.{hint}")
     return table[op]
 
 
@@ -466,7 +480,7 @@ def _complete(data: dict | None, dtype: str, globs: list[str]) -> tuple[dict, bo
     changed = False
     if data is None or data.get("dtype") != dtype:
         data = {"format": MANIFEST_FORMAT, "torch": torch_version(), "dtype": dtype, "ops": {}}
-        for info in op_db():
+        for info in op_infos():
             if torch_dtype(dtype) in info.supported_dtypes("cpu"):
                 data["ops"][opinfo_name(info)] = {
                     "inplace": inplace_name(info) if info.inplace_variant is not None else None,
@@ -594,6 +608,8 @@ class OpPrepared(Prepared):
     #: (``_low_precision_reference``); None otherwise.
     references: tuple = (None, None)
     reference_rule: Any = None
+    #: Quantized codes: the fraction of elements that may be one code apart (``[codes]``).
+    code_tie_fraction: float | None = None
 
     def export(self, path: Path):
         from conformance.modules import clone_tensors
@@ -639,6 +655,7 @@ class OpPrepared(Prepared):
             sign_invariant=self.sign_invariant,
             references=self.references[0 if expected is self.expected else 1],
             reference_rule=self.reference_rule,
+            code_tie_fraction=self.code_tie_fraction,
         )
 
     def before_run(self, session, feeds) -> None:
@@ -648,8 +665,8 @@ class OpPrepared(Prepared):
 
 
 def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
-    """How the case is judged: ``(tolerance, distribution, shape_only, sign_invariant)``, each
-    noted in the row."""
+    """How the case is judged: ``(tolerance, distribution, shape_only, sign_invariant,
+    code_tie_fraction)``, each noted in the row."""
     # Random outputs are judged by distribution over several draws of eager and of the model.
     distribution = planted is None and policy.is_distribution(case.op)
     if distribution:
@@ -660,7 +677,10 @@ def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
     outcome.extra["tolerance_source"] = tolerance.source
     if shape_only:
         outcome.extra["shape_only"] = True
-    return tolerance, distribution, shape_only, policy.sign_invariant(case.op)
+    code_tie_fraction = policy.code_tie_fraction(case.op)
+    if code_tie_fraction is not None:
+        outcome.extra["code_tie_fraction"] = code_tie_fraction
+    return tolerance, distribution, shape_only, policy.sign_invariant(case.op), code_tie_fraction
 
 
 def _prepare(case: OpCase, outcome) -> OpPrepared:
@@ -675,7 +695,7 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
     torch.manual_seed(case.seed)
     module, inputs, facts, shape_only, planted = _build(case, policy)
     outcome.extra["sample"] = facts
-    tolerance, distribution, shape_only, sign_invariant = _judging(
+    tolerance, distribution, shape_only, sign_invariant, code_tie_fraction = _judging(
         case, policy, planted, shape_only, outcome
     )
     dynamic = case.shapes == "dynamic"
@@ -716,6 +736,7 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
             # the harness judges the distribution (compare_distributions).
             "shape_only": shape_only or distribution,
             "sign_invariant": sign_invariant,
+            "code_tie_fraction": code_tie_fraction,
             "sample": facts,
         },
         feeds={name: to_numpy(t) for name, t in zip(input_names, inputs)},
@@ -739,6 +760,7 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
         planted=planted,
         references=(reference, reference2),
         reference_rule=rule_data,
+        code_tie_fraction=code_tie_fraction,
     )
 
 

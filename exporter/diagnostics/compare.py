@@ -308,6 +308,7 @@ def compare_outputs(
     declared_shapes: Sequence[Sequence[int | str | None] | None] | None = None,
     references: Sequence[Any] | None = None,
     reference_rule: ReferenceRule | None = None,
+    code_tie_fraction: float | None = None,
 ) -> Comparison:
     """Outputs pairwise: count, shapes, dtypes, then values by ``compare_arrays``.
 
@@ -316,7 +317,8 @@ def compare_outputs(
     declared output shapes: a dimension declared fixed that comes out at another size means the
     export specialised it (onnxruntime only warns). ``references`` (higher-precision outputs,
     one per output or None) judge float outputs by ``compare_to_reference`` under
-    ``reference_rule`` instead of the tolerance.
+    ``reference_rule`` instead of the tolerance. ``code_tie_fraction`` judges integer outputs
+    as quantized codes (``compare_codes``) instead of exactly.
     """
     if len(expected) != len(actual):
         return Comparison(
@@ -349,7 +351,10 @@ def compare_outputs(
             result.add_detail(True, f"output {index}: {want.dtype}{list(want.shape)}, shape ok")
             continue
         r, a = tolerances[index] if tolerances and index < len(tolerances) else (rtol, atol)
-        one = _judge_output(want, got, references, index, reference_rule, rule, r, a)
+        if code_tie_fraction is not None and want.dtype.kind in "iu":
+            one = compare_codes(want, got, max_fraction=code_tie_fraction)
+        else:
+            one = _judge_output(want, got, references, index, reference_rule, rule, r, a)
         result.outputs.append(one)
         result.add_detail(one.ok and not contradicted, f"output {index}: {one.message}")
         result.max_abs = max_or_none(result.max_abs, one.max_abs)
@@ -630,6 +635,10 @@ class Policy:
     sign_invariant_entries: tuple[dict, ...] = ()
     #: Ops whose outputs are random: judged by ``compare_distributions``.
     distribution_globs: tuple[str, ...] = ()
+    #: Ops whose integer outputs are quantized codes (``compare_codes``), and the fraction of
+    #: elements that may be one code apart.
+    codes_globs: tuple[str, ...] = ()
+    codes_max_fraction: float = 0.0
 
     def tolerance(self, op: str, dtype: str, provider: str = "cpu") -> Tolerance:
         for entry in self.overrides:
@@ -654,6 +663,12 @@ class Policy:
 
     def is_distribution(self, op: str) -> bool:
         return any(fnmatch.fnmatchcase(op, pattern) for pattern in self.distribution_globs)
+
+    def code_tie_fraction(self, op: str) -> float | None:
+        """``compare_outputs``' ``code_tie_fraction`` for the op: None unless ``[codes]`` names it."""
+        if any(fnmatch.fnmatchcase(op, pattern) for pattern in self.codes_globs):
+            return self.codes_max_fraction
+        return None
 
     def sign_invariant(self, op: str) -> list[list]:
         """``align_vector_signs``'s spec for the op, or [] (the first match wins)."""
@@ -700,6 +715,7 @@ def load_policy(path: str | Path) -> Policy:
                 '[[index, "columns" | "rows"], ...]'
             )
     shape_only = data.get("shape_only", {})
+    codes = data.get("codes", {})
     return Policy(
         by_dtype=by_dtype,
         overrides=overrides,
@@ -707,6 +723,8 @@ def load_policy(path: str | Path) -> Policy:
         shape_only_reason=shape_only.get("reason", "outputs compared on shape and dtype only"),
         sign_invariant_entries=sign_invariant,
         distribution_globs=tuple(data.get("distribution", {}).get("ops", ())),
+        codes_globs=tuple(codes.get("ops", ())),
+        codes_max_fraction=float(codes.get("max_fraction", CODE_TIE_FRACTION)),
     )
 
 

@@ -97,6 +97,7 @@ def main():
             tolerances=CASE.get("tolerances"),
             shape_only=bool(CASE.get("shape_only")),
             sign_invariant=CASE.get("sign_invariant") or (),
+            code_tie_fraction=CASE.get("code_tie_fraction"),
         )
         if not result.details:
             print(f"MISMATCH: {result.message}")

@@ -27,6 +27,19 @@ def fake_kernels(registrar: Registrar) -> Registrar:
     return registrar
 
 
+def meta_library(kernels: dict[str, Callable]) -> torch.library.Library | None:
+    """A library giving each ATen op of ``kernels`` (name -> kernel) its Meta kernel, skipping
+    ops that already have one (a newer torch, or an outer export); None when none needs it."""
+    library = None
+    for name, kernel in kernels.items():
+        if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
+            continue
+        if library is None:
+            library = torch.library.Library("aten", "IMPL")
+        library.impl(name, kernel, "Meta")
+    return library
+
+
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     libraries = []

@@ -18,7 +18,7 @@ import torch
 from exporter.ops import _numerics as nx
 from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
-from exporter.ops._fake_kernels import fake_kernels
+from exporter.ops._fake_kernels import fake_kernels, meta_library
 from exporter.ops._registry import translates
 
 aten = torch.ops.aten
@@ -83,14 +83,7 @@ def _register_meta_kernels() -> torch.library.Library | None:
     """Give the histogram ops Meta kernels: they have CPU kernels only, and fake tensors can
     fall back to a real kernel for static shapes alone. Ops that already have one (a newer
     torch, or an outer export) are left as they are."""
-    library = None
-    for name, kernel in _META_KERNELS.items():
-        if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
-            continue
-        if library is None:
-            library = torch.library.Library("aten", "IMPL")
-        library.impl(name, kernel, "Meta")
-    return library
+    return meta_library(_META_KERNELS)
 
 
 # ------------------------------------------------------------------------------ translation

@@ -10,15 +10,23 @@ Where ONNX and torch agree, a Q/DQ node is emitted:
 
 - torch quantizes ``round(x * (1/scale)) + zero_point``, ONNX ``round(x / scale) +
   zero_point`` (both round half to even): a value on a tie between two codes can land one
-  code apart (``exporter.diagnostics.compare.compare_quantized`` is the rule that allows it);
+  code apart (``exporter.diagnostics.compare.compare_codes`` is the rule that allows it);
 - a ``quant_min``/``quant_max`` narrower than the dtype is a Clip after QuantizeLinear;
+- an int32 tensor with zero points 0 (a bias) is a DequantizeLinear without zero point, so a
+  constant bias stays an int32 initializer (onnxruntime's QDQ fusion wants it so);
 - scales are float32 (torch computes there), zero points are cast to the quantized dtype.
 
 Where they do not, the translation computes torch's formula step by step instead of emitting
 a node that would compute something else: a dtype QuantizeLinear does not take at the target
 opset (int16 before opset 21, int32, float8), a constant zero point outside the dtype, float64
 scales a float32 scale cannot hold, and ``dequantize_per_channel`` with zero points of the
-input's own narrow dtype (torch's subtraction then wraps around).
+input's own narrow dtype (torch's subtraction then wraps around). Per-token quantization
+(``quantize_per_token``, ``choose_qparams_per_token*``) is torch's formula throughout.
+
+QAT graphs: the fake-quantize family (cachemask variants and the learnable ones, whose float
+zero points are rounded as torch's kernel does) is a Q/DQ pair; the fused observer
+(``fused_moving_avg_obs_fake_quant``) is one once its observer is off, with the qparams torch
+derives from the constant running min/max.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import onnx_ir as ir
 import torch
 
 from exporter import _dtypes
+from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
+from exporter.ops._fake_kernels import fake_kernels, meta_library
 from exporter.ops._kernels import call
 from exporter.ops._registry import translates
 
@@ -54,10 +64,16 @@ def _qdq_takes(ctx, dtype: torch.dtype) -> bool:
 
 
 def _constant(value):
-    """A Python number, or the numpy array of a constant value, else None."""
+    """A Python number, or the numpy array of a constant value (seen through the Identity a
+    lifted constant's ``detach`` leaves), else None."""
     if isinstance(value, (int, float)):
         return np.asarray(value)
-    if isinstance(value, ir.Value) and value.const_value is not None:
+    while isinstance(value, ir.Value) and value.const_value is None:
+        node = value.producer()
+        if node is None or node.op_type != "Identity":
+            return None
+        value = node.inputs[0]
+    if isinstance(value, ir.Value):
         return value.const_value.numpy()
     return None
 
@@ -70,6 +86,15 @@ def _fits(value, dtype: torch.dtype) -> bool:
         return True
     lo, hi = _bounds(dtype)
     return bool(np.all((array >= lo) & (array <= hi)))
+
+
+def _int32_bias(dtype: torch.dtype, zero_point) -> bool:
+    """An int32 tensor with zero points surely 0 (a bias, quantized at activation scale x
+    weight scale): DequantizeLinear takes int32 only without a zero point, at every opset."""
+    if dtype != torch.int32:
+        return False
+    array = _constant(zero_point)
+    return zero_point is None or (array is not None and not np.any(array))
 
 
 def _float32_scale(value) -> bool:
@@ -217,12 +242,13 @@ def dequantize_per_tensor(
     # scale (or not: a Python float scale stays float32 in its kernel), so those take torch's
     # formula below.
     wide = out_dtype == torch.float32
-    if wide and _qdq_takes(ctx, dtype) and _fits(zero_point, dtype):
+    bias = _int32_bias(dtype, zero_point)
+    if wide and (bias or (_qdq_takes(ctx, dtype) and _fits(zero_point, dtype))):
         return _dequantize_linear(
             ctx,
             input,
             _per_tensor_param(ctx, scale, out_dtype),
-            _per_tensor_param(ctx, zero_point, dtype),
+            None if bias else _per_tensor_param(ctx, zero_point, dtype),
             ctx.out_dtype,
         )
     converted = ctx.cast(input, out_dtype)
@@ -242,13 +268,16 @@ def dequantize_per_channel(
     # torch subtracts in the promoted integer dtype: zero points of the input's own narrow
     # dtype wrap around there, which DequantizeLinear does not do.
     wraps = zero_points is not None and ctx.dtype(zero_points) == ctx.dtype(input)
-    if (
-        _qdq_takes(ctx, dtype)
-        and not wraps
-        and _float32_scale(scales)
-        and (zero_points is None or _fits(zero_points, dtype))
+    bias = _int32_bias(dtype, zero_points)
+    if _float32_scale(scales) and (
+        bias
+        or (
+            _qdq_takes(ctx, dtype)
+            and not wraps
+            and (zero_points is None or _fits(zero_points, dtype))
+        )
     ):
-        zp = None if zero_points is None else _per_channel_param(ctx, zero_points, dtype)
+        zp = None if bias or zero_points is None else _per_channel_param(ctx, zero_points, dtype)
         return _dequantize_linear(
             ctx,
             input,
@@ -351,7 +380,143 @@ def _source(value):
     return node if node is not None and node.op_type == "DynamicQuantizeLinear" else None
 
 
+# ------------------------------------------------------------- per token (dynamic)
+def _token_extremes(ctx, input):
+    """Each token's (last axis) min and max, kept as a size-1 last axis, in float32."""
+    x = ctx.cast(input, torch.float32)
+    last = [ctx.rank(input) - 1]
+    return R.reduce(ctx, "ReduceMin", x, last, True), R.reduce(ctx, "ReduceMax", x, last, True)
+
+
+@translates("quantized_decomposed::choose_qparams_per_token.default")
+def choose_qparams_per_token(ctx, input, dtype):
+    """torch: ``scales = max|x| per token, clamped to >= 1e-5, / 127`` (int8 only), zero points
+    0, both float32."""
+    low, high = _token_extremes(ctx, input)
+    largest = ctx.op.Max(ctx.op.Neg(low), high)
+    floor = ctx.const(np.float32(1e-5), torch.float32)
+    scales = ctx.op.Div(ctx.op.Max(largest, floor), ctx.const(np.float32(127), torch.float32))
+    return scales, ctx.op.Mul(scales, ctx.const(0.0, torch.float32))
+
+
+@translates("quantized_decomposed::choose_qparams_per_token_asymmetric.default")
+def choose_qparams_per_token_asymmetric(ctx, input, dtype):
+    """torch's per-token asymmetric int8 qparams (XNNPACK's rule): the range widened to hold 0,
+    ``scale = max(range / 255, eps)``, the zero point from whichever end errs less, clamped
+    then rounded; a float64 scale and an int64 zero point."""
+    f32 = torch.float32
+    low, high = _token_extremes(ctx, input)
+    zero = ctx.const(0.0, f32)
+    low, high = ctx.op.Min(low, zero), ctx.op.Max(high, zero)
+    eps = ctx.const(np.float32(torch.finfo(torch.float32).eps), f32)
+    scale = ctx.op.Max(ctx.op.Div(ctx.op.Sub(high, low), ctx.const(255.0, f32)), eps)
+    descaled_min, descaled_max = ctx.op.Div(low, scale), ctx.op.Div(high, scale)
+    qmin, qmax = ctx.const(-128.0, f32), ctx.const(127.0, f32)
+    from_min = ctx.op.Add(qmin, descaled_min)
+    from_max = ctx.op.Add(qmax, descaled_max)
+    zero_point = ctx.op.Where(
+        ctx.op.Greater(ctx.op.Add(from_min, from_max), zero),
+        ctx.op.Sub(qmin, descaled_min),
+        ctx.op.Sub(qmax, descaled_max),
+    )
+    zero_point = ctx.op.Round(ctx.op.Clip(zero_point, qmin, qmax))
+    return ctx.cast(scale, torch.float64), ctx.cast(zero_point, torch.int64)
+
+
+@translates("quantized_decomposed::quantize_per_token.default")
+def quantize_per_token(ctx, input, scales, zero_points, quant_min, quant_max, dtype):
+    """torch: ``clamp(round(x * (1 / scales) + zero_points))`` in the promoted dtype (float64
+    scales widen x), the scales shaped like the tokens (``[..., 1]``)."""
+    wide = ctx.result_type(input, scales, zero_points)
+    inverse = ctx.op.Div(ctx.const(1.0, wide), ctx.cast(scales, wide))
+    scaled = ctx.op.Mul(ctx.cast(input, wide), inverse)
+    codes = ctx.op.Round(ctx.op.Add(scaled, ctx.cast(zero_points, wide)))
+    low, high = ctx.const(quant_min, wide), ctx.const(quant_max, wide)
+    return ctx.cast(ctx.op.Clip(codes, low, high), dtype)
+
+
+# ------------------------------------------------------ per channel group (int4 weights)
+def _group_size(ctx, input, scales, group_size: int) -> int:
+    """torch's group size, which becomes the whole row when it exceeds the row and there is
+    one scale per row (GPTQ's single column)."""
+    row = ctx.meta(input).shape[-1]
+    if isinstance(row, int) and group_size > row and ctx.meta(scales).shape[-1] == 1:
+        return row
+    return group_size
+
+
+@translates("quantized_decomposed::quantize_per_channel_group.default")
+def quantize_per_channel_group(
+    ctx, input, scales, zero_points, quant_min, quant_max, dtype, group_size=128
+):
+    """torch: each row's groups of ``group_size`` quantized with their own scale and zero
+    point, ``clamp(round(x * (1 / scales) + zero_points))``."""
+    group_size = _group_size(ctx, input, scales, group_size)
+    wide = ctx.result_type(input, scales, zero_points)
+    grouped = ctx.op.Reshape(ctx.cast(input, wide), ctx.const([-1, group_size], torch.int64))
+    column = ctx.const([-1, 1], torch.int64)
+    inverse = ctx.op.Div(ctx.const(1.0, wide), ctx.op.Reshape(ctx.cast(scales, wide), column))
+    shift = ctx.op.Reshape(ctx.cast(zero_points, wide), column)
+    codes = ctx.op.Round(ctx.op.Add(ctx.op.Mul(grouped, inverse), shift))
+    codes = ctx.op.Clip(codes, ctx.const(quant_min, wide), ctx.const(quant_max, wide))
+    return ctx.op.Reshape(ctx.cast(codes, dtype), ctx.op.Shape(input))
+
+
+@translates("quantized_decomposed::dequantize_per_channel_group.default")
+def dequantize_per_channel_group(
+    ctx,
+    w_int8,
+    scales,
+    zero_points,
+    quant_min,
+    quant_max,
+    dtype,
+    group_size=128,
+    output_dtype=torch.float32,
+):
+    """torch: ``(w - zero_points) * scales`` per group of ``group_size`` in each row."""
+    group_size = _group_size(ctx, w_int8, scales, group_size)
+    grouped = ctx.op.Reshape(w_int8, ctx.const([-1, group_size], torch.int64))
+    column = ctx.const([-1, 1], torch.int64)
+    if zero_points is not None:
+        grouped = _binary(ctx, "Sub", grouped, ctx.op.Reshape(zero_points, column))
+    scaled = _binary(ctx, "Mul", grouped, ctx.op.Reshape(scales, column))
+    return ctx.cast(ctx.op.Reshape(scaled, ctx.op.Shape(w_int8)), ctx.out_dtype)
+
+
 # ------------------------------------------------------------ fake quantize (QAT)
+def _like(self, *args, **kwargs):
+    return torch.empty_like(self)
+
+
+def _like_with_mask(self, *args, **kwargs):
+    return torch.empty_like(self), torch.empty_like(self, dtype=torch.bool)
+
+
+def _fused_observer_like(self, observer_on, fake_quant_on, running_min, running_max, scale, zp, *a):
+    return (
+        *_like_with_mask(self),
+        *(torch.empty_like(t) for t in (running_min, running_max, scale, zp)),
+    )
+
+
+@fake_kernels
+def _register_meta_kernels() -> torch.library.Library | None:
+    """The fake-quantize family has CPU kernels only; fake tensors fall back to a real kernel
+    for static shapes alone, so torch.export could not capture QAT graphs with dynamic shapes.
+    Each output has its input's shape (the mask: bool)."""
+    return meta_library(
+        {
+            "fake_quantize_per_tensor_affine_cachemask": _like_with_mask,
+            "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams": _like_with_mask,
+            "fake_quantize_per_channel_affine_cachemask": _like_with_mask,
+            "_fake_quantize_learnable_per_tensor_affine": _like,
+            "_fake_quantize_learnable_per_channel_affine": _like,
+            "_fused_moving_avg_obs_fq_helper_functional": _fused_observer_like,
+        }
+    )
+
+
 def _fake_dtype(ctx, quant_min: int, quant_max: int) -> torch.dtype | None:
     """The narrowest integer dtype QuantizeLinear takes that holds ``quant_min..quant_max``."""
     for dtype in (torch.uint8, torch.int8, torch.uint16, torch.int16):
@@ -457,3 +622,100 @@ def fake_quantize_per_channel_affine_cachemask(
     axis = S.axis(axis, ctx.rank(self))
     result = _fake_quantize(ctx, self, scale, zero_point, quant_min, quant_max, axis=axis)
     return _with_mask(ctx, result, quant_min, quant_max)
+
+
+def _learned_zero_point(ctx, zero_point, quant_min, quant_max):
+    """A learnable fake-quantize's float zero point as torch's kernel uses it: rounded half to
+    even, clamped to the range, then an integer (int32)."""
+    low, high = (ctx.const(float(v), torch.float32) for v in (quant_min, quant_max))
+    rounded = ctx.op.Round(ctx.cast(zero_point, torch.float32))
+    return ctx.cast(ctx.op.Clip(rounded, low, high), torch.int32)
+
+
+def _first(ctx, value):
+    """``value[0]`` of a 1-D tensor, 0-d (torch's per-tensor kernels read only the first)."""
+    return ctx.op.Reshape(ctx.op.Slice(ctx.op.Reshape(value, [-1]), [0], [1]), [])
+
+
+@translates(torch.ops.aten._fake_quantize_learnable_per_tensor_affine.default)
+def fake_quantize_learnable_per_tensor_affine(
+    ctx, self, scale, zero_point, quant_min, quant_max, grad_factor=1.0
+):
+    # grad_factor scales the gradients only
+    zp = _learned_zero_point(ctx, _first(ctx, zero_point), quant_min, quant_max)
+    scale = _first(ctx, scale)
+    return _fake_quantize(ctx, self, scale, zp, quant_min, quant_max)[0]
+
+
+@translates(torch.ops.aten._fake_quantize_learnable_per_channel_affine.default)
+def fake_quantize_learnable_per_channel_affine(
+    ctx, self, scale, zero_point, axis, quant_min, quant_max, grad_factor=1.0
+):
+    axis = S.axis(axis, ctx.rank(self))
+    zp = _learned_zero_point(ctx, zero_point, quant_min, quant_max)
+    return _fake_quantize(ctx, self, scale, zp, quant_min, quant_max, axis=axis)[0]
+
+
+@translates(torch.ops.aten._fused_moving_avg_obs_fq_helper_functional.default)
+def fused_moving_avg_obs_fake_quant(
+    ctx,
+    self,
+    observer_on,
+    fake_quant_on,
+    running_min,
+    running_max,
+    scale,
+    zero_point,
+    averaging_const,
+    quant_min,
+    quant_max,
+    ch_axis,
+    per_row_fake_quant=False,
+    symmetric_quant=False,
+):
+    """QAT's fused observer + fake quantize (PT2E's default QAT scheme), with the observer off:
+    the scale and zero point follow from the constant running min/max alone, so torch's own
+    kernel computes them here, once, and the op is a fake quantize with constant qparams (a
+    Q/DQ pair). With the observer on, every call would move the running min/max by its input,
+    state an inference graph does not keep: the translation refuses and says what to do."""
+    observer, enabled = _constant(observer_on), _constant(fake_quant_on)
+    stats = [_constant(v) for v in (running_min, running_max, scale, zero_point)]
+    if observer is None or int(observer.reshape(-1)[0]) != 0 or any(s is None for s in stats):
+        raise NotImplementedError(
+            "fused_moving_avg_obs_fake_quant with its observer on (or its running min/max not "
+            "constants) moves the running min/max with every input, which an inference graph "
+            "cannot keep. Turn the observers off before export (model.apply(torchao.quantization"
+            ".pt2e.disable_observer), or torch.ao.quantization.disable_observer), or export the "
+            "model after convert_pt2e (Q/DQ)."
+        )
+    low, high, scales, zps = (torch.from_numpy(np.array(s)) for s in stats)
+    probe = torch.zeros([max(int(low.numel()), 1)] + [1] * max(ctx.rank(self) - 1, 0))
+    torch.fused_moving_avg_obs_fake_quant(
+        probe.movedim(0, ch_axis) if per_row_fake_quant else probe,
+        torch.tensor([0]),
+        torch.tensor([1]),
+        low,
+        high,
+        scales,
+        zps,
+        averaging_const,
+        quant_min,
+        quant_max,
+        ch_axis,
+        per_row_fake_quant,
+        symmetric_quant,
+    )
+    scale_out = ctx.const(scales.numpy(), torch.float32)
+    zp_out = ctx.const(zps.numpy(), torch.int32)
+    axis = S.axis(ch_axis, ctx.rank(self)) if per_row_fake_quant else None
+    if enabled is not None and int(enabled.reshape(-1)[0]) == 0:
+        out = ctx.op.Identity(self)
+        mask = ctx.op.ConstantOfShape(ctx.op.Shape(self), value=ir.tensor([True]))
+    else:
+        out, mask = _with_mask(
+            ctx,
+            _fake_quantize(ctx, self, scale_out, zp_out, quant_min, quant_max, axis=axis),
+            quant_min,
+            quant_max,
+        )
+    return out, mask, running_min, running_max, scale_out, zp_out

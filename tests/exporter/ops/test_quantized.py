@@ -147,6 +147,34 @@ def test_pt2e_style_dequantize_is_dequantizelinear_with_integer_weights():
     np.testing.assert_allclose(run_onnx(program, (x,))[0], M()(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int32_bias_stays_an_int32_initializer_through_dequantizelinear(per_channel):
+    # onnxruntime's QDQ Conv/Gemm fusion wants the bias as DQ(int32, zero point 0); computed as
+    # Sub/Mul, the optimizer would fold it into a float constant
+    bias = torch.tensor([5, -3, 1000, 2**30], dtype=torch.int32)
+    scales, zps = torch.tensor([1e-4, 2e-4, 3e-4, 4e-4]), torch.zeros(4, dtype=torch.int64)
+    low, high = torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", bias)
+
+        def forward(self, x):
+            if per_channel:
+                dq = qd.dequantize_per_channel(self.b, scales, zps, 0, low, high, torch.int32)
+            else:
+                dq = qd.dequantize_per_tensor(self.b, 5e-4, 0, low, high, torch.int32)
+            return x + dq
+
+    x = r(3, 4)
+    program = exporter.export(M().eval(), (x,))
+    dq = [n for n in program.model.graph if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and len(dq[0].inputs) == 2  # no zero point: int32 takes none
+    assert dq[0].inputs[0].const_value is not None and dq[0].inputs[0].dtype.name == "INT32"
+    np.testing.assert_array_equal(run_onnx(program, (x,))[0], M()(x).numpy())
+
+
 # ---------------------------------------------------------------- choose_qparams
 def test_choose_qparams_uint8_is_dynamicquantizelinear():
     def fn(x):
@@ -176,6 +204,44 @@ def test_choose_qparams_int8_matches_torch(symmetric):
     assert scale.dtype == np.float64 and zp.dtype == np.int64
     np.testing.assert_array_equal(want_zp.numpy(), zp)
     np.testing.assert_allclose(want_scale.numpy(), scale, rtol=1e-7)
+
+
+@pytest.mark.parametrize("asymmetric", [True, False])
+def test_per_token_dynamic_quantization_matches_torch(asymmetric):
+    choose = qd.choose_qparams_per_token_asymmetric if asymmetric else qd.choose_qparams_per_token
+
+    def fn(x):
+        scales, zps = choose(x, torch.int8)
+        codes = qd.quantize_per_token(x, scales, zps, -128, 127, torch.int8)
+        return codes, qd.dequantize_per_token(
+            codes, scales, zps, -128, 127, torch.int8, torch.float32
+        )
+
+    x = r(2, 3, 16) * 2 + 0.5
+    program, _ = _export(fn, (x,))
+    (want_codes, want), (codes, got) = fn(x), run_onnx(program, (x,))
+    assert compare_codes(want_codes.numpy(), codes).ok
+    np.testing.assert_array_equal(want.numpy(), got)
+
+
+def test_per_channel_group_int4_round_trip_matches_torch():
+    # 8da4w-style int4 weights: groups of 4 along each row, int8 storage with range -8..7
+    scales = torch.rand(8) * 0.1 + 0.05
+    zps = torch.tensor([0, 1, -1, 2, -2, 0, 3, -3], dtype=torch.int32)
+
+    def fn(w):
+        codes = qd.quantize_per_channel_group(w, scales, zps, -8, 7, torch.int8, 4)
+        dq = qd.dequantize_per_channel_group(
+            codes, scales, zps, -8, 7, torch.int8, 4, torch.float32
+        )
+        return codes, dq
+
+    w = r(4, 8) * 0.5
+    program, _ = _export(fn, (w,))
+    (want_codes, want), (codes, got) = fn(w), run_onnx(program, (w,))
+    assert compare_codes(want_codes.numpy(), codes).ok
+    assert codes.min() >= -8 and codes.max() <= 7 and (codes == -8).any()  # saturated somewhere
+    np.testing.assert_array_equal(want.numpy(), got)
 
 
 # ------------------------------------------------------------ fake quantize
@@ -212,6 +278,19 @@ def _fake_cases():
             "cachemask_tensor_qparams_off",
             lambda x: aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
                 x, scale_t, zp_t, torch.tensor([0], dtype=torch.long), 0, 255
+            ),
+        ),
+        # QAT's learnable fake quantize: float zero points rounded (half to even) and clamped
+        (
+            "learnable_per_tensor",
+            lambda x: torch._fake_quantize_learnable_per_tensor_affine(
+                x, torch.tensor([0.05]), torch.tensor([2.5]), 0, 255, 1.0
+            ),
+        ),
+        (
+            "learnable_per_channel",
+            lambda x: torch._fake_quantize_learnable_per_channel_affine(
+                x, per_ch_scale, torch.tensor([0.4, 5.5, -300.0]), 1, -128, 127, 1.0
             ),
         ),
         (
