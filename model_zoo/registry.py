@@ -92,6 +92,10 @@ class ModelCase:
     #: past_key_values) for exporter.diagnostics.generation.check_greedy, which the model suite
     #: runs after the compare: 8 tokens through the graph must equal eager's
     greedy_prompt: Callable[[], dict[str, Any]] | None = None
+    #: checks of the exported file beyond its outputs, run after the compare: (module, args,
+    #: kwargs, ONNX path, opset) -> (problems, facts for the row); quantized cases check their
+    #: Q/DQ structure and onnxruntime's fusion (model_zoo.quantized_cases)
+    check_export: Callable[..., tuple[list[str], dict[str, Any]]] | None = None
 
     @property
     def tags(self) -> frozenset[str]:

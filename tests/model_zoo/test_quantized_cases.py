@@ -69,3 +69,74 @@ def test_quantized_residual_adds_fuse_every_conv_and_the_add():
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     result = compare_in_steps(model(x).detach().numpy(), got, step=step)
     assert result.ok, result.message
+
+
+# ------------------------------------------------- the structure rule and the expected kernels
+def test_the_graph_holds_the_programs_quantize_and_dequantize():
+    from exporter.diagnostics import quantized_structure as qs
+    from exporter.diagnostics.compare import compare_quantization_structure
+
+    model, _, proto, _ = _exported(residual_adds=True)
+    program = qs.program_quantization(model.program)
+    result = compare_quantization_structure(program, qs.graph_quantization(proto))
+    assert result.ok, result.message
+    weights = [node for node in program if node.stored]
+    # three conv weights, int8 per output channel, symmetric
+    assert len(weights) == 3, program
+    assert {(w.kind, w.dtype, w.granularity, w.zero_points) for w in weights} == {
+        ("dequantize", "int8", "axis 0", (0,))
+    }
+    assert {n.dtype for n in program if not n.stored} == {"uint8"}
+
+
+def test_the_structure_rule_names_a_dequantize_the_graph_lost_and_a_changed_zero_point():
+    import onnx
+
+    from exporter.diagnostics import quantized_structure as qs
+    from exporter.diagnostics.compare import compare_quantization_structure
+
+    model, _, proto, _ = _exported(residual_adds=True)
+    broken = onnx.ModelProto()
+    broken.CopyFrom(proto)
+    graph = broken.graph
+    weight_dq = next(
+        n
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {i.name for i in graph.initializer}
+    )
+    # the weight is no longer stored: the DequantizeLinear reads it through an Identity
+    graph.node.insert(0, onnx.helper.make_node("Identity", [weight_dq.input[0]], ["copied"]))
+    weight_dq.input[0] = "copied"
+    result = compare_quantization_structure(
+        qs.program_quantization(model.program), qs.graph_quantization(broken)
+    )
+    assert not result.ok and result.mismatched == 2, result.message
+    assert "in the program only: 1 x dequantize int8 zp=0 per axis 0 of a stored tensor" in (
+        result.message
+    )
+    assert "in the graph only: 1 x dequantize int8 zp=0 per axis 0;" in result.message + ";"
+
+
+def test_expected_kernels_follow_the_programs_qdq_groups():
+    from exporter.diagnostics import quantized_structure as qs
+
+    inductor, _, _, _ = _exported(residual_adds=False)
+    onnxruntime, _, _, _ = _exported(residual_adds=True)
+    # conv1 (through its relu) is quantized again; conv3's output is the model's, no
+    # QLinearConv expected; the Inductor scheme leaves conv2's output (into the add) float too
+    assert qs.expected_kernels(inductor.program, 20) == {"QLinearConv": 1}
+    assert qs.expected_kernels(onnxruntime.program, 20) == {"QLinearConv": 2}
+
+
+def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path):
+    import onnx
+
+    model, x, proto, _ = _exported(residual_adds=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(proto, path)
+    problems, facts = quantized_cases.check_quantized_export(model, (x,), {}, path, 20)
+    assert problems == [], problems
+    assert facts["kernels_fused"]["QLinearConv"] == 2, facts
+    # x, conv1's relu, conv2 and the add's output quantized; 3 weights + 4 activations
+    # dequantized (x's two dequantizes, one for conv1 and one for the add, are one computation)
+    assert facts["structure"] == "program 4 quantize / 7 dequantize, graph 4 / 7", facts
