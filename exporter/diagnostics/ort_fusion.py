@@ -33,7 +33,13 @@ FUSED_FORMS = {
 FLOAT_FUSIONS = ("FusedConv", "FusedGemm")
 #: onnxruntime's names for fused kernels it may leave in place of those above.
 QUANTIZED_KERNELS = frozenset(kind for forms in FUSED_FORMS.values() for kind in forms) | frozenset(
-    ("MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearGlobalAveragePool")
+    (
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearAdd",
+        "QLinearGlobalAveragePool",
+        "GatherBlockQuantized",
+    )
 )
 
 

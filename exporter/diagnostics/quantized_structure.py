@@ -40,6 +40,10 @@ def _program_graph(program: Any):
         values = {**program.state_dict, **program.constants}
 
         def constant(node):
+            if node.op == "call_function" and "access_subclass_inner_tensor" in str(node.target):
+                # a tensor subclass's inner tensor (torchao's qdata, scale, zero_point)
+                outer = constant(node.args[0])
+                return None if outer is None else getattr(outer, node.args[1], None)
             if node.op != "placeholder" or node.name not in names:
                 return None
             return values.get(names[node.name])
@@ -259,6 +263,9 @@ def graph_quantization(model: onnx.ModelProto) -> list[QuantizationNode]:
 
     found, seen = [], set()
     for node in graph.node:
+        if node.op_type == "GatherBlockQuantized" and node.domain == "com.microsoft":
+            found.append(_gathered_table(node, initializers, tensor))
+            continue
         kind = _ONNX_QDQ.get(node.op_type)
         if kind is None or node.domain not in ("", "ai.onnx"):
             continue
@@ -305,3 +312,17 @@ def graph_quantization(model: onnx.ModelProto) -> list[QuantizationNode]:
 
 
 _ONNX_NARROW = {onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4"}
+
+
+def _gathered_table(node: onnx.NodeProto, initializers, tensor) -> QuantizationNode:
+    """com.microsoft.GatherBlockQuantized(table, ids, scales[, zero_points]): the exporter's
+    form of a blocked dequantize of an int4 table read by a Gather (it dequantizes only the
+    rows gathered), counted as that dequantize."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    table = initializers.get(node.input[0])
+    dtype = _ONNX_NARROW.get(table.data_type, "uint8") if table is not None else "uint8"
+    zero = tensor(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    zero_points = (0,) if zero is None else tuple(int(v) for v in np.unique(zero))
+    return QuantizationNode(
+        "dequantize", dtype, zero_points, f"block {attrs.get('block_size', 128)}", table is not None
+    )
