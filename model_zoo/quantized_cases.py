@@ -4,11 +4,15 @@ weights per channel), a tiny BERT after torchao's ``quantize_`` with int8 dynami
 activation + int8 weight, and a small LLaMA with int4 weight-only (``IntxWeightOnlyConfig``,
 group 32, the embedding too): at opset 21+ int4 initializers and blocked DequantizeLinear,
 which onnxruntime runs as MatMulNBits (it quantizes activations to int8 per block there,
-accuracy_level 4: about one 1/16 "step" off on logits of size 4).
+accuracy_level 4: about one 1/16 "step" off on logits of size 4); the int4 embedding table
+becomes com.microsoft GatherBlockQuantized (only the rows gathered are dequantized).
 
-Family ``quantized``, tier ``full``; select them with ``--tier full --models 'quantized/*'``.
-Static shapes: PT2E quantizes a program captured at the example shapes. torchao is optional:
-without it the cases are not registered.
+Family ``quantized``. Default tier: resnet18, mobilenet_v2, mobilenet_v3_large and
+efficientnet_b0 with the ``_qadd`` scheme below (the one onnxruntime fuses), the BERT and the
+LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships.
+Static and dynamic: PT2E captures the model with a dynamic batch before ``prepare_pt2e`` (the
+converted program then exports at either), the BERT and LLaMA take the text axes (batch,
+sequence). torchao is optional: without it the cases are not registered.
 
 resnet18: torchao 0.18's X86InductorQuantizer stops inside ``prepare_pt2e`` on torchvision's
 BasicBlock ("Input partition has more than one output node"): the block calls one ``nn.ReLU``
@@ -28,7 +32,10 @@ quantization tool's choice), so every conv fuses into QLinearConv and every add 
 Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
 ``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
 activation quantized before the output), and a classifier's top-1 equal wherever eager's top
-two logits are further apart than that tolerance.
+two logits are further apart than that tolerance. Then ``check_quantized_export`` (the case's
+``check_export``): the Q/DQ structure against the program's (``compare.
+compare_quantization_structure``) and onnxruntime's fusion into the kernels the program's QDQ
+groups should become (``ort_fusion.check_fusion``); the row's ``export_checks`` holds both.
 """
 
 from __future__ import annotations
@@ -97,6 +104,13 @@ def _residual_add_quantizer():
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     adds = (torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor)
+    convs = (torch.ops.aten.conv2d.default,)
+    activations = (
+        torch.ops.aten.relu.default,
+        torch.ops.aten.relu_.default,
+        torch.ops.aten.hardtanh.default,
+        torch.ops.aten.hardtanh_.default,
+    )
 
     class ResidualAddQuantizer(x86.X86InductorQuantizer):
         def _annotate_conv2d_binary_unary(self, *args, **kwargs) -> None:
@@ -108,12 +122,32 @@ def _residual_add_quantizer():
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             super().annotate(model)
             activation = x86.get_default_x86_inductor_quantization_config().input_activation
+            key = x86.QUANT_ANNOTATION_KEY
             for node in model.graph.nodes:
                 inputs = node.args[:2]
                 if node.target in adds and all(isinstance(a, Node) for a in inputs):
-                    node.meta[x86.QUANT_ANNOTATION_KEY] = x86._X86InductorQuantizationAnnotation(
+                    node.meta[key] = x86._X86InductorQuantizationAnnotation(
                         input_qspec_map={a: activation for a in inputs}, _annotated=True
                     )
+            for node in model.graph.nodes:
+                if node.target not in convs or key not in node.meta:
+                    continue
+                # the conv's output (after the relu annotated with it) quantized, whatever
+                # reads it (once: not again where every reader quantizes its input already):
+                # QLinearConv takes its output scale from that QuantizeLinear
+                last = node
+                users = list(node.users)
+                if len(users) == 1 and users[0].target in activations:
+                    last = users[0]
+                if all(key in u.meta and last in u.meta[key].input_qspec_map for u in last.users):
+                    continue
+                annotation = last.meta.get(key)
+                if annotation is None:
+                    last.meta[key] = x86._X86InductorQuantizationAnnotation(
+                        output_qspec=activation, _annotated=True
+                    )
+                elif annotation.output_qspec is None:
+                    annotation.output_qspec = activation
             return model
 
     return ResidualAddQuantizer()

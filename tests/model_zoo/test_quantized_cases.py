@@ -59,10 +59,11 @@ def test_the_inductor_scheme_leaves_the_conv_before_the_add_unfused():
 
 def test_quantized_residual_adds_fuse_every_conv_and_the_add():
     model, x, proto, step = _exported(residual_adds=True)
-    report = ort_fusion.check_fusion(proto, {"QLinearConv": 2, "QLinearAdd": 1})
+    report = ort_fusion.check_fusion(proto, {"QLinearConv": 3, "QLinearAdd": 1})
     assert report.ok, report.summary()
-    # only conv3, whose float output is the model's output, stays float
-    assert len(_unfused_convs(report)) == len(report.unfused) == 1, report.summary()
+    # conv3's output, the model's, is quantized too (the onnxruntime scheme quantizes every
+    # conv's output): nothing stays float
+    assert report.unfused == [], report.summary()
     import onnxruntime as ort
 
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -122,10 +123,10 @@ def test_expected_kernels_follow_the_programs_qdq_groups():
 
     inductor, _, _, _ = _exported(residual_adds=False)
     onnxruntime, _, _, _ = _exported(residual_adds=True)
-    # conv1 (through its relu) is quantized again; conv3's output is the model's, no
-    # QLinearConv expected; the Inductor scheme leaves conv2's output (into the add) float too
+    # the Inductor scheme quantizes conv1's output (through its relu) only: conv2's goes
+    # into the add float, conv3's is the model's; the onnxruntime scheme quantizes all three
     assert qs.expected_kernels(inductor.program, 20) == {"QLinearConv": 1}
-    assert qs.expected_kernels(onnxruntime.program, 20) == {"QLinearConv": 2}
+    assert qs.expected_kernels(onnxruntime.program, 20) == {"QLinearConv": 3}
 
 
 def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path):
@@ -136,7 +137,7 @@ def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path
     onnx.save(proto, path)
     problems, facts = quantized_cases.check_quantized_export(model, (x,), {}, path, 20)
     assert problems == [], problems
-    assert facts["kernels_fused"]["QLinearConv"] == 2, facts
-    # x, conv1's relu, conv2 and the add's output quantized; 3 weights + 4 activations
+    assert facts["kernels_fused"]["QLinearConv"] == 3, facts
+    # x, conv1's relu, conv2, the add's relu and conv3 quantized; 3 weights + 5 activations
     # dequantized (x's two dequantizes, one for conv1 and one for the add, are one computation)
-    assert facts["structure"] == "program 4 quantize / 7 dequantize, graph 4 / 7", facts
+    assert facts["structure"] == "program 5 quantize / 8 dequantize, graph 5 / 8", facts
