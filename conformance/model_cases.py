@@ -365,7 +365,7 @@ def collect(
         if names and not any(fnmatch.fnmatchcase(case.name, glob) for glob in names):
             continue
         for dtype in dtypes:
-            if dtype not in MODEL_DTYPES:
+            if dtype not in MODEL_DTYPES or dtype not in getattr(case, "dtypes", MODEL_DTYPES):
                 continue
             for shape in shapes:
                 if shape == "dynamic" and getattr(case, "static_only", False):

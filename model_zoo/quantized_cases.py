@@ -293,6 +293,7 @@ def _register_quantized(
             compare=_classifier_compare(name),
             notes=notes,
             check_export=check_quantized_export,
+            dtypes=("f32",),
         )
     )
 

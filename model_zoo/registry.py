@@ -96,6 +96,9 @@ class ModelCase:
     #: kwargs, ONNX path, opset) -> (problems, facts for the row); quantized cases check their
     #: Q/DQ structure and onnxruntime's fusion (model_zoo.quantized_cases)
     check_export: Callable[..., tuple[list[str], dict[str, Any]]] | None = None
+    #: the dtypes the case runs in (a quantized model is made for float32 activations: cast to
+    #: float16 it is another program than the one quantized)
+    dtypes: tuple[str, ...] = ("f32", "f16")
 
     @property
     def tags(self) -> frozenset[str]:

@@ -141,3 +141,32 @@ def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path
     # x, conv1's relu, conv2, the add's relu and conv3 quantized; 3 weights + 5 activations
     # dequantized (x's two dequantizes, one for conv1 and one for the add, are one computation)
     assert facts["structure"] == "program 5 quantize / 8 dequantize, graph 5 / 8", facts
+
+
+def test_the_quantized_tier_runs_in_the_default_tier_static_and_dynamic_in_float32_only():
+    from conformance import model_cases
+
+    selected = model_cases.collect(
+        tier="default",
+        names=["quantized/*"],
+        dtypes=["f32", "f16"],
+        shapes=["static", "dynamic"],
+        opsets=[20],
+        providers=["cpu"],
+        exporters=["ours"],
+        optimize=[True],
+        shard=None,
+    )
+    models = {key.model for key, _ in selected}
+    assert {
+        "quantized/resnet18_pt2e_x86_qadd",
+        "quantized/mobilenet_v2_pt2e_x86_qadd",
+        "quantized/mobilenet_v3_large_pt2e_x86_qadd",
+        "quantized/efficientnet_b0_pt2e_x86_qadd",
+        "quantized/bert_int8_dynamic",
+        "quantized/llama_int4_weight_only_g32",
+    } == models
+    assert {(key.dtype, key.shapes) for key, _ in selected} == {
+        ("f32", "static"),
+        ("f32", "dynamic"),
+    }
