@@ -146,16 +146,14 @@ def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path
 def test_the_quantized_tier_runs_in_the_default_tier_static_and_dynamic_in_float32_only():
     from conformance import model_cases
 
+    one_of_each = {"opsets": [20], "providers": ["cpu"], "exporters": ["ours"], "optimize": [True]}
     selected = model_cases.collect(
         tier="default",
         names=["quantized/*"],
         dtypes=["f32", "f16"],
         shapes=["static", "dynamic"],
-        opsets=[20],
-        providers=["cpu"],
-        exporters=["ours"],
-        optimize=[True],
         shard=None,
+        **one_of_each,
     )
     models = {key.model for key, _ in selected}
     assert {
