@@ -75,7 +75,15 @@ def _weight_bytes(proto) -> int:
     )
 
 
-def bench_case(name: str, runs: int, threads: int = 1, opset: int = 21) -> list[str]:
+#: The issue's goals: int8 CNNs (the onnxruntime scheme, ``*_qadd``) at least this much faster
+#: than float by CPU time, the int4 LLaMA's weights at least this much smaller.
+CNN_SPEEDUP_GOAL = 1.8
+INT4_SMALLER_GOAL = 3.5
+
+
+def bench_case(
+    name: str, runs: int, threads: int = 1, opset: int = 21, figures: dict | None = None
+) -> list[str]:
     case = registry.get(name)
     quantized, args, kwargs = case.build()
     floating = quantized_cases.FLOAT_MODULES[name]()
@@ -130,7 +138,30 @@ def bench_case(name: str, runs: int, threads: int = 1, opset: int = 21) -> list[
                 f"  max diff from eager {worst:6.1f} steps"
             )
         lines.append(line)
+    if figures is not None and "ours" in cpu:
+        figures[name] = (cpu["float"] / cpu["ours"], weights["float"] / weights["ours"])
     return lines
+
+
+def goals_line(figures: dict[str, tuple[float, float]]) -> str:
+    """The closing line: the goals of issue 25 against what ours measured."""
+    parts = []
+    cnns = {n: f[0] for n, f in figures.items() if n.endswith("_qadd")}
+    if cnns:
+        slowest = min(cnns, key=cnns.get)
+        met = "met" if cnns[slowest] >= CNN_SPEEDUP_GOAL else "NOT met"
+        parts.append(
+            f"int8 CNNs (ours, {len(cnns)}) float/quantized >= {cnns[slowest]:.2f}x by CPU time "
+            f"({slowest.removeprefix('quantized/')} the least; goal {CNN_SPEEDUP_GOAL}x: {met})"
+        )
+    for name, (_, smaller) in figures.items():
+        if "int4" in name:
+            met = "met" if smaller >= INT4_SMALLER_GOAL else "NOT met"
+            parts.append(
+                f"{name.removeprefix('quantized/')} weights {smaller:.2f}x smaller "
+                f"(goal {INT4_SMALLER_GOAL}x: {met})"
+            )
+    return "goals: " + ("; ".join(parts) or "no case with a goal ran")
 
 
 def main() -> int:
@@ -148,10 +179,12 @@ def main() -> int:
         f" opset {options.opset},"
         f" {options.runs} runs, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
     )
+    figures: dict[str, tuple[float, float]] = {}
     for name in options.models.split(","):
-        for line in bench_case(name, options.runs, options.threads, options.opset):
+        for line in bench_case(name, options.runs, options.threads, options.opset, figures):
             print(line, flush=True)
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print(goals_line(figures))
     return 0
 
 

@@ -381,7 +381,7 @@ def collect(
         if names and not any(fnmatch.fnmatchcase(case.name, glob) for glob in names):
             continue
         for dtype in dtypes:
-            if dtype not in MODEL_DTYPES:
+            if dtype not in MODEL_DTYPES or dtype not in getattr(case, "dtypes", MODEL_DTYPES):
                 continue
             for shape in shapes:
                 if shape == "dynamic" and getattr(case, "static_only", False):
@@ -468,6 +468,8 @@ class ModelPrepared(Prepared):
     #: (``_low_precision_reference``); None otherwise.
     references: Any = (None, None)
     reference_rule: Any = None
+    #: Where ``export`` wrote the model (for the case's ``check_export``).
+    exported_path: Path | None = None
 
     def export(self, path: Path) -> str:
         from conformance import flat_io
@@ -491,6 +493,7 @@ class ModelPrepared(Prepared):
         )
         if applied:
             self.outcome.extra["capture_patches"] = applied
+        self.exported_path = path
         return str(path)
 
     def open_session(self, path: str):
@@ -535,6 +538,14 @@ class ModelPrepared(Prepared):
         key = self.key
         if self.case.greedy_prompt is not None and key.dynamic and key.dtype == "f32":
             _check_greedy(self.case, self.module, session, outcome)
+        check = getattr(self.case, "check_export", None)
+        if check is not None and self.exported_path is not None:
+            problems, facts = check(
+                self.module, self.args, self.kwargs, self.exported_path, key.opset
+            )
+            outcome.extra["export_checks"] = facts
+            if problems:
+                raise StageFailed(Stage.COMPARE, "; ".join(problems))
 
     def specialised(self, session, grown_only: bool) -> list[str]:
         from exporter.diagnostics.second_shape import specialised_dims

@@ -270,7 +270,8 @@ def _parse_options(config: pytest.Config) -> Options:
         expectations_dir=Path(get("expectations_dir") or EXPECTATIONS_DIR),
         isolation=get("isolation"),
         models=_parse_model_options(config),
-        ops_enabled=bool(get("ops") or get("planted") or not get("cases")),
+        # --models (or --cases) alone narrows the run to models, as --ops alone does to ops
+        ops_enabled=bool(get("ops") or get("planted") or not (get("cases") or get("models"))),
     )
 
 

@@ -4,11 +4,15 @@ weights per channel), a tiny BERT after torchao's ``quantize_`` with int8 dynami
 activation + int8 weight, and a small LLaMA with int4 weight-only (``IntxWeightOnlyConfig``,
 group 32, the embedding too): at opset 21+ int4 initializers and blocked DequantizeLinear,
 which onnxruntime runs as MatMulNBits (it quantizes activations to int8 per block there,
-accuracy_level 4: about one 1/16 "step" off on logits of size 4).
+accuracy_level 4: about one 1/16 "step" off on logits of size 4); the int4 embedding table
+becomes com.microsoft GatherBlockQuantized (only the rows gathered are dequantized).
 
-Family ``quantized``, tier ``full``; select them with ``--tier full --models 'quantized/*'``.
-Static shapes: PT2E quantizes a program captured at the example shapes. torchao is optional:
-without it the cases are not registered.
+Family ``quantized``. Default tier: resnet18, mobilenet_v2, mobilenet_v3_large and
+efficientnet_b0 with the ``_qadd`` scheme below (the one onnxruntime fuses), the BERT and the
+LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships.
+Static and dynamic: PT2E captures the model with a dynamic batch before ``prepare_pt2e`` (the
+converted program then exports at either), the BERT and LLaMA take the text axes (batch,
+sequence). torchao is optional: without it the cases are not registered.
 
 resnet18: torchao 0.18's X86InductorQuantizer stops inside ``prepare_pt2e`` on torchvision's
 BasicBlock ("Input partition has more than one output node"): the block calls one ``nn.ReLU``
@@ -28,7 +32,10 @@ quantization tool's choice), so every conv fuses into QLinearConv and every add 
 Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
 ``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
 activation quantized before the output), and a classifier's top-1 equal wherever eager's top
-two logits are further apart than that tolerance.
+two logits are further apart than that tolerance. Then ``check_quantized_export`` (the case's
+``check_export``): the Q/DQ structure against the program's (``compare.
+compare_quantization_structure``) and onnxruntime's fusion into the kernels the program's QDQ
+groups should become (``ort_fusion.check_fusion``); the row's ``export_checks`` holds both.
 """
 
 from __future__ import annotations
@@ -97,6 +104,13 @@ def _residual_add_quantizer():
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     adds = (torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor)
+    convs = (torch.ops.aten.conv2d.default,)
+    activations = (
+        torch.ops.aten.relu.default,
+        torch.ops.aten.relu_.default,
+        torch.ops.aten.hardtanh.default,
+        torch.ops.aten.hardtanh_.default,
+    )
 
     class ResidualAddQuantizer(x86.X86InductorQuantizer):
         def _annotate_conv2d_binary_unary(self, *args, **kwargs) -> None:
@@ -108,12 +122,32 @@ def _residual_add_quantizer():
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             super().annotate(model)
             activation = x86.get_default_x86_inductor_quantization_config().input_activation
+            key = x86.QUANT_ANNOTATION_KEY
             for node in model.graph.nodes:
                 inputs = node.args[:2]
                 if node.target in adds and all(isinstance(a, Node) for a in inputs):
-                    node.meta[x86.QUANT_ANNOTATION_KEY] = x86._X86InductorQuantizationAnnotation(
+                    node.meta[key] = x86._X86InductorQuantizationAnnotation(
                         input_qspec_map={a: activation for a in inputs}, _annotated=True
                     )
+            for node in model.graph.nodes:
+                if node.target not in convs or key not in node.meta:
+                    continue
+                # the conv's output (after the relu annotated with it) quantized, whatever
+                # reads it (once: not again where every reader quantizes its input already):
+                # QLinearConv takes its output scale from that QuantizeLinear
+                last = node
+                users = list(node.users)
+                if len(users) == 1 and users[0].target in activations:
+                    last = users[0]
+                if all(key in u.meta and last in u.meta[key].input_qspec_map for u in last.users):
+                    continue
+                annotation = last.meta.get(key)
+                if annotation is None:
+                    last.meta[key] = x86._X86InductorQuantizationAnnotation(
+                        output_qspec=activation, _annotated=True
+                    )
+                elif annotation.output_qspec is None:
+                    annotation.output_qspec = activation
             return model
 
     return ResidualAddQuantizer()
@@ -122,12 +156,17 @@ def _residual_add_quantizer():
 def _pt2e(
     module: nn.Module, name: str, make_inputs, sizes, residual_adds: bool = False
 ) -> nn.Module:
+    """``module`` quantized with PT2E, captured with a dynamic batch (axis 0 of every input),
+    so that the converted program exports at static and at dynamic shapes alike."""
     from torchao.quantization import pt2e
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     args, _ = make_inputs(sizes)
-    captured = torch.export.export(module.eval(), args).module()
+    batch = torch.export.Dim("batch")
+    captured = torch.export.export(
+        module.eval(), args, dynamic_shapes=tuple({0: batch} for _ in args)
+    ).module()
     quantizer = _residual_add_quantizer() if residual_adds else x86.X86InductorQuantizer()
     quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(captured, quantizer)
@@ -148,8 +187,8 @@ class _Converted(nn.Module):
         super().__init__()
         self.program = program
 
-    def forward(self, *args: Any) -> Any:
-        return self.program(*args)
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.program(x)
 
 
 def _classifier_compare(name: str) -> Callable[[Any, Any], list[str]]:
@@ -177,21 +216,84 @@ def _classifier_compare(name: str) -> Callable[[Any, Any], list[str]]:
     return compare
 
 
-def _register_quantized(name, make_float, make_module, make_inputs, notes: str) -> None:
-    """One quantized zoo case (static shapes, full tier) and its float model for the bench."""
+def check_quantized_export(module, args, kwargs, path, opset: int) -> tuple[list[str], dict]:
+    """The quantized export's own checks, beyond its outputs: the structure rule
+    (``compare.compare_quantization_structure``: the graph's Q/DQ against the program's
+    quantize/dequantize, zero points, axes, integer initializers) and onnxruntime's fusion
+    (``ort_fusion.check_fusion``: the quantized kernels the program's QDQ groups should become,
+    at ORT_ENABLE_ALL, and why each float Conv/Gemm/MatMul left did not fuse). The program is
+    the converted PT2E graph, or the torchao model captured by torch.export."""
+    import onnx
+
+    from exporter.diagnostics import ort_fusion
+    from exporter.diagnostics import quantized_structure as qs
+    from exporter.diagnostics.compare import compare_quantization_structure
+
+    if isinstance(module, _Converted):
+        program = module.program
+    else:
+        program = torch.export.export(module, tuple(args), dict(kwargs), strict=False)
+    model = onnx.load(str(path))
+    wanted = qs.program_quantization(program)
+    # int4 types and blocked DequantizeLinear come with opset 21: below it an exporter writes
+    # torch's formula for those, and the structure rule has nothing to compare them with
+    beyond = [n for n in wanted if opset < 21 and not qs.representable_at(n, opset)]
+    wanted = [n for n in wanted if n not in beyond]
+    structure = compare_quantization_structure(wanted, qs.graph_quantization(model))
+    expected = qs.expected_kernels(program, opset)
+    fusion = ort_fusion.check_fusion(model, expected)
+    fused = {k: v for k, v in sorted(fusion.counts.items()) if k in ort_fusion.QUANTIZED_KERNELS}
+    facts = {
+        "structure": structure.message,
+        "kernels_expected": expected,
+        "kernels_fused": fused,
+        "not_fused": fusion.unfused[:_LISTED_UNFUSED],
+        "not_fused_count": len(fusion.unfused),
+    }
+    if beyond:
+        facts["structure_not_compared"] = (
+            f"{len(beyond)} int4/blocked dequantizes: opset {opset} has no int4 "
+            "DequantizeLinear and no block_size (opset 21)"
+        )
+    problems = [] if structure.ok else [f"Q/DQ structure: {structure.message}"]
+    if not fusion.ok:
+        why = "; ".join(fusion.unfused[:_LISTED_UNFUSED])
+        problems.append(f"onnxruntime did not fuse: {', '.join(fusion.missing)} (not fused: {why})")
+    return problems, facts
+
+
+#: Unfused nodes a row lists, at most (the count beside it is complete).
+_LISTED_UNFUSED = 4
+
+
+def _register_quantized(
+    name,
+    make_float,
+    make_module,
+    make_inputs,
+    notes: str,
+    *,
+    tier: str,
+    sizes: Mapping[str, int],
+    second_sizes: Mapping[str, int],
+    dynamic_shapes: Any,
+) -> None:
+    """One quantized zoo case and its float model for the bench."""
     FLOAT_MODULES[name] = make_float
     register(
         ModelCase(
             name=name,
             family="quantized",
-            tier="full",
+            tier=tier,
             make_module=make_module,
             make_inputs=make_inputs,
-            sizes={},
-            second_sizes={},
-            dynamic_shapes=None,
+            sizes=dict(sizes),
+            second_sizes=dict(second_sizes),
+            dynamic_shapes=dynamic_shapes,
             compare=_classifier_compare(name),
             notes=notes,
+            check_export=check_quantized_export,
+            dtypes=("f32",),
         )
     )
 
@@ -201,6 +303,7 @@ def _register_pt2e(
     prepare: Callable[[nn.Module], None] | None,
     notes: str,
     residual_adds: bool = False,
+    tier: str = "full",
 ):
     import torchvision
 
@@ -223,7 +326,28 @@ def _register_pt2e(
     def make_module() -> nn.Module:
         return _pt2e(make_float(), name, make_inputs, sizes, residual_adds)
 
-    _register_quantized(name, make_float, make_module, make_inputs, notes)
+    _register_quantized(
+        name,
+        make_float,
+        make_module,
+        make_inputs,
+        notes,
+        tier=tier,
+        sizes=sizes,
+        second_sizes={"batch": 3},
+        dynamic_shapes=({0: "batch"},),
+    )
+
+
+def _text_axes() -> dict[str, Any]:
+    from model_zoo import transformers_cases as hf
+
+    return {
+        "tier": "default",
+        "sizes": hf._SEQUENCE_SIZES,
+        "second_sizes": hf._SEQUENCE_SECOND_SIZES,
+        "dynamic_shapes": hf._TEXT_SHAPES,
+    }
 
 
 def _register_bert_int8_dynamic() -> None:
@@ -257,6 +381,7 @@ def _register_bert_int8_dynamic() -> None:
             "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations, "
             "int8 weights, aten._int_mm as MatMulInteger."
         ),
+        **_text_axes(),
     )
 
 
@@ -310,6 +435,7 @@ def _register_llama_int4(group: int = 32) -> None:
             f"IntxWeightOnlyConfig(int4, PerGroup({group})) on every Linear and the embedding: "
             "int4 initializers, blocked DequantizeLinear (opset 21+; MatMulNBits in onnxruntime)."
         ),
+        **_text_axes(),
     )
 
 
@@ -317,12 +443,30 @@ def _register_llama_int4(group: int = 32) -> None:
 def _register_all() -> None:
     if not _torchao_available():
         return
+    # default tier: one scheme per CNN, the one onnxruntime fuses (residual adds quantized);
+    # the Inductor scheme as it ships stays in the full tier
     _register_pt2e(
-        "mobilenet_v2",
-        None,
-        "torchvision mobilenet_v2 (weights=None, BN-calibrated), PT2E with X86InductorQuantizer's "
-        "default config, 64x64 inputs.",
+        "resnet18",
+        _unshare_relus,
+        "torchvision resnet18 (each BasicBlock given a ReLU of its own: the shared nn.ReLU stops prepare_pt2e), PT2E with X86InductorQuantizer's "
+        "default config except that each residual add is quantized on both inputs (as "
+        "onnxruntime's quantization tool does) instead of annotated with its conv for "
+        "Inductor: every conv becomes a QLinearConv, the adds QLinearAdd.",
+        residual_adds=True,
+        tier="default",
     )
+    for model_name in ("mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0"):
+        _register_pt2e(
+            model_name,
+            None,
+            f"torchvision {model_name} (weights=None, BN-calibrated), PT2E with "
+            "X86InductorQuantizer's default config except that each residual add is quantized "
+            "on both inputs (as onnxruntime's quantization tool does), 64x64 inputs.",
+            residual_adds=True,
+            tier="default",
+        )
+    _register_bert_int8_dynamic()
+    _register_llama_int4()
     _register_pt2e(
         "resnet18",
         _unshare_relus,
@@ -330,24 +474,11 @@ def _register_all() -> None:
         "each BasicBlock a ReLU of its own (the shared nn.ReLU stops prepare_pt2e).",
     )
     _register_pt2e(
-        "resnet18",
-        _unshare_relus,
-        "torchvision resnet18 (ReLUs unshared as above), PT2E with X86InductorQuantizer's "
-        "default config except that each residual add is quantized on both inputs (as "
-        "onnxruntime's quantization tool does) instead of annotated with its conv for "
-        "Inductor: every conv becomes a QLinearConv, the adds QLinearAdd.",
-        residual_adds=True,
-    )
-    _register_pt2e(
         "mobilenet_v2",
         None,
-        "torchvision mobilenet_v2, PT2E with X86InductorQuantizer's default config except "
-        "that each residual add is quantized on both inputs: every conv a QLinearConv, every "
-        "add a QLinearAdd.",
-        residual_adds=True,
+        "torchvision mobilenet_v2 (weights=None, BN-calibrated), PT2E with X86InductorQuantizer's "
+        "default config, 64x64 inputs.",
     )
-    _register_bert_int8_dynamic()
-    _register_llama_int4()
 
 
 _register_all()

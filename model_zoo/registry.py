@@ -92,6 +92,13 @@ class ModelCase:
     #: past_key_values) for exporter.diagnostics.generation.check_greedy, which the model suite
     #: runs after the compare: 8 tokens through the graph must equal eager's
     greedy_prompt: Callable[[], dict[str, Any]] | None = None
+    #: checks of the exported file beyond its outputs, run after the compare: (module, args,
+    #: kwargs, ONNX path, opset) -> (problems, facts for the row); quantized cases check their
+    #: Q/DQ structure and onnxruntime's fusion (model_zoo.quantized_cases)
+    check_export: Callable[..., tuple[list[str], dict[str, Any]]] | None = None
+    #: the dtypes the case runs in (a quantized model is made for float32 activations: cast to
+    #: float16 it is another program than the one quantized)
+    dtypes: tuple[str, ...] = ("f32", "f16")
 
     @property
     def tags(self) -> frozenset[str]:

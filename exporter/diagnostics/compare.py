@@ -782,6 +782,58 @@ def compare_in_steps(
     return ArrayComparison(bad == 0, message, max_abs=widest, mismatched=bad, total=diff.size)
 
 
+@dataclasses.dataclass(frozen=True)
+class QuantizationNode:
+    """One quantize or dequantize of a quantized model, as the structure rule compares it
+    (``exporter.diagnostics.quantized_structure`` reads them from a program and an ONNX graph):
+    ``dtype`` the integer type ("uint8", "int8", "int4"...), ``zero_points`` its distinct zero
+    points (None: computed at run time), ``granularity`` "tensor", "axis N", "block B" or
+    "rows", ``stored`` whether the tensor quantized or dequantized is a stored constant."""
+
+    kind: str  # "quantize" | "dequantize"
+    dtype: str
+    zero_points: tuple[int, ...] | None
+    granularity: str
+    stored: bool
+
+    def __str__(self) -> str:
+        zero = "runtime" if self.zero_points is None else ",".join(map(str, self.zero_points))
+        where = " of a stored tensor" if self.stored else ""
+        return f"{self.kind} {self.dtype} zp={zero} per {self.granularity}{where}"
+
+
+def compare_quantization_structure(
+    program: Sequence[QuantizationNode], graph: Sequence[QuantizationNode]
+) -> ArrayComparison:
+    """A quantized export's structure: the graph holds one QuantizeLinear/DequantizeLinear per
+    quantize/dequantize of the program, with the program's integer type, zero points and
+    axis (or block), each stored weight an integer initializer. Compared as multisets:
+    ``mismatched`` counts the nodes on one side only."""
+    import collections
+
+    want, got = collections.Counter(program), collections.Counter(graph)
+    only_program, only_graph = want - got, got - want
+
+    def counted(nodes: collections.Counter, kind: str) -> int:
+        return sum(n for node, n in nodes.items() if node.kind == kind)
+
+    def listed(nodes: collections.Counter) -> str:
+        return "; ".join(f"{n} x {node}" for node, n in sorted(nodes.items(), key=str))
+
+    message = (
+        f"program {counted(want, 'quantize')} quantize / {counted(want, 'dequantize')} "
+        f"dequantize, graph {counted(got, 'quantize')} / {counted(got, 'dequantize')}"
+    )
+    if only_program:
+        message += f"; in the program only: {listed(only_program)}"
+    if only_graph:
+        message += f"; in the graph only: {listed(only_graph)}"
+    mismatched = sum(only_program.values()) + sum(only_graph.values())
+    return ArrayComparison(
+        mismatched == 0, message, mismatched=mismatched, total=sum(want.values())
+    )
+
+
 # ------------------------------------------------- low precision against a higher-precision reference
 #: The float16 rule's defaults; conformance/tolerances.toml ``[float16]`` states the values the
 #: harness uses and why.

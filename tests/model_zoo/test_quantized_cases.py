@@ -59,13 +59,112 @@ def test_the_inductor_scheme_leaves_the_conv_before_the_add_unfused():
 
 def test_quantized_residual_adds_fuse_every_conv_and_the_add():
     model, x, proto, step = _exported(residual_adds=True)
-    report = ort_fusion.check_fusion(proto, {"QLinearConv": 2, "QLinearAdd": 1})
+    report = ort_fusion.check_fusion(proto, {"QLinearConv": 3, "QLinearAdd": 1})
     assert report.ok, report.summary()
-    # only conv3, whose float output is the model's output, stays float
-    assert len(_unfused_convs(report)) == len(report.unfused) == 1, report.summary()
+    # conv3's output, the model's, is quantized too (the onnxruntime scheme quantizes every
+    # conv's output): nothing stays float
+    assert report.unfused == [], report.summary()
     import onnxruntime as ort
 
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     result = compare_in_steps(model(x).detach().numpy(), got, step=step)
     assert result.ok, result.message
+
+
+# ------------------------------------------------- the structure rule and the expected kernels
+def test_the_graph_holds_the_programs_quantize_and_dequantize():
+    from exporter.diagnostics import quantized_structure as qs
+    from exporter.diagnostics.compare import compare_quantization_structure
+
+    model, _, proto, _ = _exported(residual_adds=True)
+    program = qs.program_quantization(model.program)
+    result = compare_quantization_structure(program, qs.graph_quantization(proto))
+    assert result.ok, result.message
+    weights = [node for node in program if node.stored]
+    # three conv weights, int8 per output channel, symmetric
+    assert len(weights) == 3, program
+    assert {(w.kind, w.dtype, w.granularity, w.zero_points) for w in weights} == {
+        ("dequantize", "int8", "axis 0", (0,))
+    }
+    assert {n.dtype for n in program if not n.stored} == {"uint8"}
+
+
+def test_the_structure_rule_names_a_dequantize_the_graph_lost_and_a_changed_zero_point():
+    import onnx
+
+    from exporter.diagnostics import quantized_structure as qs
+    from exporter.diagnostics.compare import compare_quantization_structure
+
+    model, _, proto, _ = _exported(residual_adds=True)
+    broken = onnx.ModelProto()
+    broken.CopyFrom(proto)
+    graph = broken.graph
+    weight_dq = next(
+        n
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {i.name for i in graph.initializer}
+    )
+    # the weight is no longer stored: the DequantizeLinear reads it through an Identity
+    graph.node.insert(0, onnx.helper.make_node("Identity", [weight_dq.input[0]], ["copied"]))
+    weight_dq.input[0] = "copied"
+    result = compare_quantization_structure(
+        qs.program_quantization(model.program), qs.graph_quantization(broken)
+    )
+    assert not result.ok and result.mismatched == 2, result.message
+    assert "in the program only: 1 x dequantize int8 zp=0 per axis 0 of a stored tensor" in (
+        result.message
+    )
+    assert "in the graph only: 1 x dequantize int8 zp=0 per axis 0;" in result.message + ";"
+
+
+def test_expected_kernels_follow_the_programs_qdq_groups():
+    from exporter.diagnostics import quantized_structure as qs
+
+    inductor, _, _, _ = _exported(residual_adds=False)
+    onnxruntime, _, _, _ = _exported(residual_adds=True)
+    # the Inductor scheme quantizes conv1's output (through its relu) only: conv2's goes
+    # into the add float, conv3's is the model's; the onnxruntime scheme quantizes all three
+    assert qs.expected_kernels(inductor.program, 20) == {"QLinearConv": 1}
+    assert qs.expected_kernels(onnxruntime.program, 20) == {"QLinearConv": 3}
+
+
+def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path):
+    import onnx
+
+    model, x, proto, _ = _exported(residual_adds=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(proto, path)
+    problems, facts = quantized_cases.check_quantized_export(model, (x,), {}, path, 20)
+    assert problems == [], problems
+    assert facts["kernels_fused"]["QLinearConv"] == 3, facts
+    # x, conv1's relu, conv2, the add's relu and conv3 quantized; 3 weights + 5 activations
+    # dequantized (x's two dequantizes, one for conv1 and one for the add, are one computation)
+    assert facts["structure"] == "program 5 quantize / 8 dequantize, graph 5 / 8", facts
+
+
+def test_the_quantized_tier_runs_in_the_default_tier_static_and_dynamic_in_float32_only():
+    from conformance import model_cases
+
+    one_of_each = {"opsets": [20], "providers": ["cpu"], "exporters": ["ours"], "optimize": [True]}
+    selected = model_cases.collect(
+        tier="default",
+        names=["quantized/*"],
+        dtypes=["f32", "f16"],
+        shapes=["static", "dynamic"],
+        shard=None,
+        **one_of_each,
+    )
+    models = {key.model for key, _ in selected}
+    assert {
+        "quantized/resnet18_pt2e_x86_qadd",
+        "quantized/mobilenet_v2_pt2e_x86_qadd",
+        "quantized/mobilenet_v3_large_pt2e_x86_qadd",
+        "quantized/efficientnet_b0_pt2e_x86_qadd",
+        "quantized/bert_int8_dynamic",
+        "quantized/llama_int4_weight_only_g32",
+    } == models
+    assert {(key.dtype, key.shapes) for key, _ in selected} == {
+        ("f32", "static"),
+        ("f32", "dynamic"),
+    }

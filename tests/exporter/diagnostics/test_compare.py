@@ -300,3 +300,25 @@ def test_distribution_rule_widens_for_values_that_move_together():
     assert all(passed)
     wrong = [draw(0.8) for _ in range(30)]
     assert not compare_distributions([draw() for _ in range(30)], wrong).ok
+
+
+def test_quantization_structure_compares_the_nodes_as_multisets():
+    from exporter.diagnostics.compare import QuantizationNode, compare_quantization_structure
+
+    activation = QuantizationNode("quantize", "uint8", (128,), "tensor", False)
+    weight = QuantizationNode("dequantize", "int8", (0,), "axis 0", True)
+    same = compare_quantization_structure(
+        [activation, weight, weight], [weight, activation, weight]
+    )
+    assert same.ok and same.mismatched == 0 and same.total == 3
+    assert same.message == "program 1 quantize / 2 dequantize, graph 1 / 2"
+    # a weight left float-stored, and a zero point that moved: both sides named
+    computed = QuantizationNode("dequantize", "int8", (0,), "axis 0", False)
+    shifted = QuantizationNode("quantize", "uint8", (127,), "tensor", False)
+    differ = compare_quantization_structure([activation, weight], [shifted, computed])
+    assert not differ.ok and differ.mismatched == 4
+    assert "in the program only: 1 x dequantize int8 zp=0 per axis 0 of a stored tensor; " in (
+        differ.message
+    )
+    assert "in the graph only: 1 x dequantize int8 zp=0 per axis 0; " in differ.message
+    assert "1 x quantize uint8 zp=127 per tensor" in differ.message

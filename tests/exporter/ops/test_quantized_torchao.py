@@ -136,3 +136,40 @@ def test_an_unexportable_int4_packed_matmul_names_the_config_and_the_way_out():
     message = str(error.value)
     assert "aten._weight_int4pack_mm_for_cpu.default" in message
     assert "Int4WeightOnlyConfig" in message and "IntxWeightOnlyConfig" in message
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(100, 64)
+
+    def forward(self, ids):
+        return self.table(ids)
+
+
+@pytest.mark.parametrize("opset", [20, 21])
+def test_an_int4_embedding_gathers_its_rows_before_dequantizing_them(opset):
+    torch.manual_seed(0)
+    model = Embedding().eval()
+    config = quantization.IntxWeightOnlyConfig(
+        weight_dtype=torch.int4, granularity=granularity.PerGroup(32)
+    )
+    quantization.quantize_(model, config, filter_fn=lambda m, _: isinstance(m, torch.nn.Embedding))
+    ids = torch.tensor([[3, 99, 0, 3], [7, 7, 50, 1]])
+    program = exporter.export(model, (ids,), opset_version=opset)
+    gathers = [n for n in program.model.graph if n.op_type == "GatherBlockQuantized"]
+    if opset < 21:  # no int4 DequantizeLinear to start from: torch's formula stays
+        assert gathers == []
+    else:  # the int4 table stays whole and stored; only the gathered rows are dequantized
+        assert len(gathers) == 1 and gathers[0].domain == "com.microsoft"
+        table = gathers[0].inputs[0]
+        assert table.dtype.name == "INT4" and table.const_value is not None
+        assert gathers[0].attributes["block_size"].as_int() == 32
+        assert not [n for n in program.model.graph if n.op_type == "DequantizeLinear"]
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    got = session.run(None, {session.get_inputs()[0].name: ids.numpy()})[0]
+    np.testing.assert_allclose(got, model(ids).detach().numpy(), rtol=1e-6, atol=1e-6)
