@@ -15,14 +15,21 @@ re-trace's cost does not follow its table: ``run_decompositions`` with an empty 
 swin_t 5.5 s against 7.1 s with the full one (measured under load), so only ops that need a
 decomposition reach it.
 
+A node whose op has no translation is decomposed alone (``decompose_locally``): its
+decomposition is traced with ``make_fx`` on the node's fake inputs and the graph it gives is
+spliced in where the node was, keeping the node's metadata; the rest of the program stays as
+captured. Only an observable in-place write that cannot be rewritten locally (or a node that
+cannot be replaced alone) still re-traces the whole program with ``run_decompositions``.
+
 A custom op (``torch.library``) with no translation is traced through its implementation
-when it has one written in torch ops: the table maps it to its Python kernel (or its
-CompositeImplicitAutograd kernel), and the re-trace records the ops that kernel runs. A
-translation, built in or registered by the user, always wins: ops with one are never traced.
+when it has one written in torch ops: its Python kernel (or its CompositeImplicitAutograd
+kernel) is traced, and the ops it runs replace the node. A translation, built in or
+registered by the user, always wins: ops with one are never traced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -360,6 +367,10 @@ def decompose(
     reason = needs_decomposition(program, registry)
     if reason is None:
         return program, None
+    if not _has_observed_writes(program, registry):
+        local = decompose_locally(program, registry, notes, untraceable)
+        if local is not None:
+            return local, reason
     traced = traced_custom_ops(program, registry)
     while True:
         table = decomposition_table(registry)
@@ -372,21 +383,251 @@ def decompose(
             failed = _failed_trace(exc)
             if failed is None:
                 raise _decomposition_error(exc, reason) from exc
-            how = traced.pop(failed.op)[1]
-            why = (
-                f"tracing it through {how} failed ({failed}): its implementation cannot be "
-                f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
-                f"not written in torch ops)"
-            )
-            logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
-            if untraceable is not None:
-                untraceable[_metadata.target_name(failed.op)] = why
+            _untraceable(failed, traced.pop(failed.op)[1], untraceable)
     for op, (_, how) in traced.items():
-        note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
-        logging.getLogger("exporter").info(note)
-        if notes is not None:
-            notes.append(note)
+        _note_traced(op, how, notes)
     return decomposed, reason
+
+
+def _untraceable(
+    failed: _TracedImplementationFailed, how: str, untraceable: dict[str, str] | None
+) -> None:
+    why = (
+        f"tracing it through {how} failed ({failed}): its implementation cannot be "
+        f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
+        f"not written in torch ops)"
+    )
+    logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
+    if untraceable is not None:
+        untraceable[_metadata.target_name(failed.op)] = why
+
+
+def _note_traced(op: Any, how: str, notes: list[str] | None) -> None:
+    note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
+    logging.getLogger("exporter").info(note)
+    if notes is not None:
+        notes.append(note)
+
+
+def _has_observed_writes(program: torch.export.ExportedProgram, registry: Registry) -> bool:
+    return any(
+        _observed_writes(node)
+        for node, target in fx_targets(program.graph_module)
+        if not is_noop_target(target) and lookup(registry, target) is not None
+    )
+
+
+# ------------------------------------------------------------------ local decomposition
+#: How many nodes one program may have decomposed locally before the whole-program
+#: re-trace takes over (a decomposition that keeps producing ops without a translation).
+_LOCAL_LIMIT = 10_000
+
+#: Node metadata a decomposed node's replacements take from the trace, not from the node.
+_TRACED_META = frozenset({"val", "tensor_meta", "example_value", "unbacked_bindings"})
+
+
+class _NotLocal(Exception):
+    """A node the local decomposition cannot replace: the whole program is re-traced."""
+
+
+def _untranslated(node: torch.fx.Node, registry: Registry) -> bool:
+    target = node.target
+    return (
+        node.op == "call_function"
+        and not is_noop_target(target)
+        and getattr(target, "__name__", "") != "getitem"
+        and lookup(registry, target) is None
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _table_dict(targets: frozenset[Any]) -> dict[Any, Any]:
+    return dict(_table_for(targets).items())
+
+
+def _graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[torch.fx.GraphModule]:
+    """The graph module and, depth first, those of its control-flow subgraphs."""
+    yield graph_module
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr":
+            sub = getattr(graph_module, node.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                yield from _graph_modules(sub)
+
+
+def _copied(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """A program whose graphs can change without touching ``program``'s (the record keeps the
+    captured one); weights and constants are shared."""
+    import copy
+
+    graph_module = copy.deepcopy(program.graph_module)
+    return torch.export.ExportedProgram(
+        root=graph_module,
+        graph=graph_module.graph,
+        graph_signature=copy.deepcopy(program.graph_signature),
+        state_dict=program.state_dict,
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants=program.constants,
+        verifiers=program.verifiers,
+    )
+
+
+def _fake_mode(graph_module: torch.fx.GraphModule) -> Any:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(
+        [node.meta.get("val") for node in graph_module.graph.nodes if node.op == "placeholder"]
+    )
+
+
+def _replace_node(
+    graph_module: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    decomposition: Callable[..., Any],
+    table: dict[Any, Any],
+    signature: Any,
+) -> list[torch.fx.Node]:
+    """Replaces one node by the graph its decomposition traces to on the node's fake inputs
+    (``make_fx``), spliced in where the node was. The new nodes keep the node's metadata
+    (source line, module stack) with the shapes the trace found. Returns the new call nodes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils import _pytree as pytree
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+        raise _NotLocal(f"{node.name} is not a functional op")
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, arg in enumerate(flat) if isinstance(arg, torch.fx.Node)]
+    inputs = [flat[i] for i in positions]
+    if any("val" not in arg.meta for arg in inputs):
+        raise _NotLocal(f"an input of {node.name} has no example value")
+
+    def run(*values: Any) -> Any:
+        filled = list(flat)
+        for i, value in zip(positions, values):
+            filled[i] = value
+        args, kwargs = pytree.tree_unflatten(filled, spec)
+        return decomposition(*args, **kwargs)
+
+    traced = make_fx(run, decomposition_table=table, tracing_mode="real")(
+        *[arg.meta["val"] for arg in inputs]
+    )
+    graph = graph_module.graph
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    val_map = dict(zip(placeholders, inputs))
+    for attr in [n for n in traced.graph.nodes if n.op == "get_attr"]:
+        name = _free_attribute(graph_module, "_decomposed_constant")
+        graph_module.register_buffer(name, getattr(traced, attr.target), persistent=False)
+        with graph.inserting_before(node):
+            val_map[attr] = graph.get_attr(name)
+        val_map[attr].meta = dict(attr.meta)
+    with graph.inserting_before(node):
+        result = graph.graph_copy(traced.graph, val_map)
+    kept = {k: v for k, v in node.meta.items() if k not in _TRACED_META}
+    added = [val_map[n] for n in traced.graph.nodes if n.op == "call_function"]
+    for original in traced.graph.nodes:
+        if original.op in ("call_function", "get_attr"):
+            val_map[original].meta = {**kept, **original.meta}
+    multiple = len(target._schema.returns) != 1 or isinstance(result, (list, tuple))
+    replaced = {}
+    if multiple:
+        for user in list(node.users):
+            index = user.args[1] if getattr(user.target, "__name__", "") == "getitem" else None
+            if not isinstance(index, int) or not isinstance(result[index], torch.fx.Node):
+                raise _NotLocal(f"{node.name}'s outputs are read other than by index")
+            replaced[user] = result[index]
+    elif isinstance(result, torch.fx.Node):
+        replaced[node] = result
+    else:
+        raise _NotLocal(f"{node.name}'s decomposition returns no tensor")
+    for old, new in replaced.items():
+        old.replace_all_uses_with(new)
+        for output in getattr(signature, "output_specs", ()):
+            if getattr(output.arg, "name", None) == old.name:
+                output.arg = type(output.arg)(name=new.name)
+        if old is not node:
+            graph.erase_node(old)
+    graph.erase_node(node)
+    return added
+
+
+def _free_attribute(graph_module: torch.fx.GraphModule, stem: str) -> str:
+    i = 0
+    while hasattr(graph_module, f"{stem}{i}"):
+        i += 1
+    return f"{stem}{i}"
+
+
+def decompose_locally(
+    program: torch.export.ExportedProgram,
+    registry: Registry,
+    notes: list[str] | None = None,
+    untraceable: dict[str, str] | None = None,
+) -> torch.export.ExportedProgram | None:
+    """A copy of the program with each node that has no translation replaced by the graph its
+    decomposition traces to, alone, on that node's fake inputs: the cost follows the nodes that
+    need it, where ``run_decompositions`` re-traces the whole program (swin_t: seconds) for one
+    op. The ops a decomposition yields are judged the same way, so a decomposition into other
+    untranslated ops is followed to ops with translations.
+
+    A custom op is traced through its implementation (``traceable_implementation``); one whose
+    implementation cannot be traced stays, and ``untraceable`` says why. An op with neither a
+    translation nor a decomposition stays too: translation lists it. Returns None where a node
+    cannot be replaced alone (an in-place op, outputs read other than by index): the caller
+    re-traces the whole program then.
+    """
+    from exporter._capture import _size_oblivious
+    from exporter._flags import onnx_export_flag
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    copied = _copied(program)
+    table = _table_dict(registry.targets())
+    custom = traced_custom_ops(copied, registry)
+    used, failed = set(), {}
+    budget = _LOCAL_LIMIT
+    top = copied.graph_module
+    with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
+        for graph_module in list(_graph_modules(top)):
+            fake_mode = _fake_mode(graph_module)
+            work = [n for n in graph_module.graph.nodes if _untranslated(n, registry)]
+            changed = False
+            while work:
+                node = work.pop()
+                target = node.target
+                if target in custom:
+                    decomposition = _traced(target, custom[target][0])
+                elif target in table:
+                    decomposition = table[target]
+                else:
+                    continue  # no decomposition: translation names it
+                budget -= 1
+                signature = copied.graph_signature if graph_module is top else None
+                try:
+                    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                        added = _replace_node(graph_module, node, decomposition, table, signature)
+                except _NotLocal:
+                    return None
+                except Exception as exc:
+                    traced_failure = _failed_trace(exc)
+                    if traced_failure is None or budget < 0:
+                        return None
+                    failed[target] = (traced_failure, custom.pop(target)[1])
+                    continue
+                changed = True
+                if target in custom:
+                    used.add(target)
+                work.extend(n for n in added if _untranslated(n, registry))
+                if budget < 0:
+                    return None
+            if changed:
+                graph_module.recompile()
+    for failure, how in failed.values():
+        _untraceable(failure, how, untraceable)
+    for op in used:
+        _note_traced(op, custom[op][1], notes)
+    return copied
 
 
 def _run_decompositions(
