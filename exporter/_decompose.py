@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.export import graph_signature as gs
 
 from exporter import _metadata
 from exporter._errors import DecompositionError
@@ -270,11 +271,13 @@ def _functionalize_write(
     the new values. Only that op's few nodes change: no re-trace of the program.
 
     A written tensor the program returns is returned with the write: the output's entry in
-    ``signature`` names the new value.
+    ``signature`` names the new value. A write that reaches a buffer or a user input is carried
+    back to it and returned as its mutation (``BUFFER_MUTATION``, ``USER_INPUT_MUTATION``), as
+    ``run_decompositions`` would return it.
 
-    Returns False (the graph untouched) where that is not sound: the write reaches a graph
-    input or a buffer, a written tensor is returned other than as a user output, another alias of a written tensor is taken before the write,
-    or the write must go back through a view other than slice/select."""
+    Returns False (the graph untouched) where that is not sound: the write reaches a parameter
+    or a constant, another alias of a written tensor is taken before the write, or the write
+    must go back through a view other than slice/select."""
     mutated = _mutated_args(node)
     twin = _functional_twin(node.target)
     if twin is None or len(mutated) != 1 or not node.args or node.args[0] is not mutated[0]:
@@ -284,8 +287,9 @@ def _functionalize_write(
     chain = [mutated[0]]
     while _aliases_input(chain[-1]):
         chain.append(chain[-1].args[0])
-    if chain[-1].op != "call_function":
-        return False  # the write reaches a graph input or a constant: the caller sees it
+    mutation = _input_mutation(chain[-1], signature)
+    if chain[-1].op != "call_function" and mutation is None:
+        return False  # the write reaches a constant or a parameter
     in_chain = set(chain) | {node}
     read_after = []
     for level in chain:
@@ -293,7 +297,7 @@ def _functionalize_write(
         for user in level.users:
             if user in in_chain:
                 continue
-            if user.op == "output" and not _returned_as_user_output(level, signature):
+            if user.op == "output" and not _returned_as_output(level, signature):
                 return False
             if user.op == "output" or order[user] > here:
                 later.append(user)
@@ -301,6 +305,8 @@ def _functionalize_write(
                 return False  # an alias taken before the write could be read after it
         read_after.append(later)
     needed = max((i for i, later in enumerate(read_after) if later), default=-1)
+    if mutation is not None:
+        needed = len(chain) - 1  # the caller sees the input as written: carry it back there
     if any(chain[i].target not in _SCATTERS for i in range(needed)):
         return False
     with graph.inserting_after(node):
@@ -324,14 +330,61 @@ def _functionalize_write(
                 for spec in signature.output_specs:
                     if getattr(spec.arg, "name", None) == level.name:
                         spec.arg = type(spec.arg)(name=value.name)
+    if mutation is not None:
+        _return_mutation(graph, signature, values[-1], *mutation)
     return True
 
 
-def _returned_as_user_output(node: torch.fx.Node, signature: Any) -> bool:
+_OUTPUT_KINDS = frozenset(
+    {
+        gs.OutputKind.USER_OUTPUT,
+        gs.OutputKind.BUFFER_MUTATION,
+        gs.OutputKind.USER_INPUT_MUTATION,
+    }
+)
+
+#: What a write into an input of each kind is returned as (as ``run_decompositions`` does).
+_MUTATION_KINDS = {
+    gs.InputKind.BUFFER: gs.OutputKind.BUFFER_MUTATION,
+    gs.InputKind.USER_INPUT: gs.OutputKind.USER_INPUT_MUTATION,
+}
+
+
+def _returned_as_output(node: torch.fx.Node, signature: Any) -> bool:
     kinds = {
         spec.kind for spec in signature.output_specs if getattr(spec.arg, "name", None) == node.name
     }
-    return kinds == {torch.export.graph_signature.OutputKind.USER_OUTPUT}
+    return bool(kinds) and kinds <= _OUTPUT_KINDS
+
+
+def _input_mutation(root: torch.fx.Node, signature: Any) -> tuple[Any, str] | None:
+    """For a placeholder that is a buffer or a user input: the kind of output its write is
+    returned as and whom it names; else None."""
+    if root.op != "placeholder":
+        return None
+    for spec in signature.input_specs:
+        if getattr(spec.arg, "name", None) == root.name and spec.kind in _MUTATION_KINDS:
+            target = spec.target if spec.kind == gs.InputKind.BUFFER else root.name
+            return _MUTATION_KINDS[spec.kind], target
+    return None
+
+
+def _return_mutation(
+    graph: torch.fx.Graph, signature: Any, value: torch.fx.Node, kind: Any, target: str
+) -> None:
+    """Returns ``value`` as the new value of the input ``target``: a mutation output, before
+    the user outputs. (A later write into it finds ``value`` returned and moves the output on.)"""
+    first_user = next(
+        (i for i, s in enumerate(signature.output_specs) if s.kind == gs.OutputKind.USER_OUTPUT),
+        len(signature.output_specs),
+    )
+    output = graph.output_node()
+    returned = list(output.args[0])
+    returned.insert(first_user, value)
+    output.args = (tuple(returned),)
+    signature.output_specs.insert(
+        first_user, gs.OutputSpec(kind=kind, arg=gs.TensorArgument(name=value.name), target=target)
+    )
 
 
 def functionalize_observed_writes(program: torch.export.ExportedProgram) -> int:
