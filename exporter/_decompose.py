@@ -30,6 +30,7 @@ registered by the user, always wins: ops with one are never traced.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -508,39 +509,19 @@ def _graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[torch.fx.Grap
                 yield from _graph_modules(sub)
 
 
-def _copied(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """A program whose graphs can change without touching ``program``'s (the record keeps the
-    captured one); weights and constants are shared."""
-    import copy
-
-    graph_module = copy.deepcopy(program.graph_module)
-    return torch.export.ExportedProgram(
-        root=graph_module,
-        graph=graph_module.graph,
-        graph_signature=copy.deepcopy(program.graph_signature),
-        state_dict=program.state_dict,
-        range_constraints=program.range_constraints,
-        module_call_graph=program.module_call_graph,
-        example_inputs=program.example_inputs,
-        constants=program.constants,
-        verifiers=program.verifiers,
-    )
-
-
-def _fake_mode(graph_module: torch.fx.GraphModule) -> Any:
+def _fake_mode(graph: torch.fx.Graph) -> Any:
     from torch._guards import detect_fake_mode
 
-    return detect_fake_mode(
-        [node.meta.get("val") for node in graph_module.graph.nodes if node.op == "placeholder"]
-    )
+    return detect_fake_mode([node.meta.get("val") for node in graph.find_nodes(op="placeholder")])
 
 
 def _replace_node(
-    graph_module: torch.fx.GraphModule,
+    graph: torch.fx.Graph,
     node: torch.fx.Node,
     decomposition: Callable[..., Any],
     table: dict[Any, Any],
     signature: Any,
+    add_constant: Callable[[torch.Tensor], str],
 ) -> list[torch.fx.Node]:
     """Replaces one node by the graph its decomposition traces to on the node's fake inputs
     (``make_fx``), spliced in where the node was. The new nodes keep the node's metadata
@@ -567,12 +548,10 @@ def _replace_node(
     traced = make_fx(run, decomposition_table=table, tracing_mode="real")(
         *[arg.meta["val"] for arg in inputs]
     )
-    graph = graph_module.graph
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     val_map = dict(zip(placeholders, inputs))
     for attr in [n for n in traced.graph.nodes if n.op == "get_attr"]:
-        name = _free_attribute(graph_module, "_decomposed_constant")
-        graph_module.register_buffer(name, getattr(traced, attr.target), persistent=False)
+        name = add_constant(getattr(traced, attr.target))
         with graph.inserting_before(node):
             val_map[attr] = graph.get_attr(name)
         val_map[attr].meta = dict(attr.meta)
@@ -606,11 +585,25 @@ def _replace_node(
     return added
 
 
-def _free_attribute(graph_module: torch.fx.GraphModule, stem: str) -> str:
-    i = 0
-    while hasattr(graph_module, f"{stem}{i}"):
-        i += 1
-    return f"{stem}{i}"
+def _constant_adder(
+    taken: Callable[[str], bool], store: Callable[[str, torch.Tensor], None]
+) -> Callable[[torch.Tensor], str]:
+    """Gives each tensor constant a decomposition makes a fresh attribute name, stored."""
+
+    def add(tensor: torch.Tensor) -> str:
+        i = 0
+        while taken(f"_decomposed_constant{i}"):
+            i += 1
+        store(f"_decomposed_constant{i}", tensor)
+        return f"_decomposed_constant{i}"
+
+    return add
+
+
+def _attribute(module: torch.nn.Module, target: str) -> Any:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def decompose_locally(
@@ -635,16 +628,46 @@ def decompose_locally(
     from exporter._flags import onnx_export_flag
     from exporter.ops._fake_kernels import installed as fake_kernels_installed
 
-    copied = _copied(program)
+    original = program.graph_module
+    graph = copy.deepcopy(program.graph)
+    signature = gs.ExportGraphSignature(  # only output specs change
+        input_specs=list(program.graph_signature.input_specs),
+        output_specs=[copy.copy(spec) for spec in program.graph_signature.output_specs],
+    )
+    # the control-flow subgraphs that change are copied; the others are shared
+    private = {}
+    for node in graph.find_nodes(op="get_attr"):
+        sub = _attribute(original, node.target)
+        if isinstance(sub, torch.fx.GraphModule) and any(
+            _untranslated(n, registry) for gm in _graph_modules(sub) for n in gm.graph.nodes
+        ):
+            private[node.target] = copy.deepcopy(sub)
+    constants: dict[str, torch.Tensor] = {}
+    graphs = [
+        (
+            graph,
+            signature,
+            None,
+            _constant_adder(
+                lambda name: name in constants or hasattr(original, name), constants.__setitem__
+            ),
+        )
+    ]
+    for sub in private.values():
+        for gm in _graph_modules(sub):
+            add = _constant_adder(
+                functools.partial(hasattr, gm),
+                functools.partial(gm.register_buffer, persistent=False),
+            )
+            graphs.append((gm.graph, None, gm, add))
     table = _table_dict(registry.targets())
-    custom = traced_custom_ops(copied, registry)
+    custom = traced_custom_ops(program, registry)
     used, failed = set(), {}
     budget = _LOCAL_LIMIT
-    top = copied.graph_module
     with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
-        for graph_module in list(_graph_modules(top)):
-            fake_mode = _fake_mode(graph_module)
-            work = [n for n in graph_module.graph.nodes if _untranslated(n, registry)]
+        for each_graph, each_signature, owner, add_constant in graphs:
+            fake_mode = _fake_mode(each_graph)
+            work = [n for n in each_graph.nodes if _untranslated(n, registry)]
             changed = False
             while work:
                 node = work.pop()
@@ -656,10 +679,11 @@ def decompose_locally(
                 else:
                     continue  # no decomposition: translation names it
                 budget -= 1
-                signature = copied.graph_signature if graph_module is top else None
                 try:
                     with fake_mode if fake_mode is not None else contextlib.nullcontext():
-                        added = _replace_node(graph_module, node, decomposition, table, signature)
+                        added = _replace_node(
+                            each_graph, node, decomposition, table, each_signature, add_constant
+                        )
                 except _NotLocal:
                     return None
                 except Exception as exc:
@@ -674,8 +698,19 @@ def decompose_locally(
                 work.extend(n for n in added if _untranslated(n, registry))
                 if budget < 0:
                     return None
-            if changed:
-                graph_module.recompile()
+            if changed and owner is not None:
+                owner.recompile()
+    root = {
+        node.target: constants.get(node.target)
+        if node.target in constants
+        else private.get(node.target) or _attribute(original, node.target)
+        for node in graph.find_nodes(op="get_attr")
+    }
+    graph_module = torch.fx.GraphModule(root, graph)
+    graph_module.meta.update(original.meta)
+    copied = copy.copy(program)  # weights and constants shared; no re-verification
+    copied._graph_module = graph_module
+    copied._graph_signature = signature
     for failure, how in failed.values():
         _untraceable(failure, how, untraceable)
     for op in used:

@@ -108,3 +108,27 @@ def test_a_write_that_cannot_be_rewritten_still_re_traces_the_program(retraces):
     assert len(retraces) == 1
     expected = _AliasedWriteAndNoTranslation()(x, y)
     torch.testing.assert_close(torch.as_tensor(program(x, y)[0]), expected)
+
+
+@torch.library.custom_op("localdecomp::low_and_high", mutates_args=())
+def low_and_high(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.amin(-1), x.amax(-1) * 2
+
+
+@low_and_high.register_fake
+def _(x):
+    return x.new_empty(x.shape[:-1]), x.new_empty(x.shape[:-1])
+
+
+def test_an_op_with_several_outputs_is_replaced_output_by_output(retraces):
+    def spread(x):
+        low, high = torch.ops.localdecomp.low_and_high(x)
+        return high - low, low
+
+    check_op(
+        spread,
+        (torch.randn(3, 5),),
+        dynamic_shapes=dims({0: "n"}),
+        second_args=(torch.randn(6, 5),),
+    )
+    assert retraces == []
