@@ -15,20 +15,29 @@ re-trace's cost does not follow its table: ``run_decompositions`` with an empty 
 swin_t 5.5 s against 7.1 s with the full one (measured under load), so only ops that need a
 decomposition reach it.
 
+A node whose op has no translation is decomposed alone (``decompose_locally``): its
+decomposition is traced with ``make_fx`` on the node's fake inputs and the graph it gives is
+spliced in where the node was, keeping the node's metadata; the rest of the program stays as
+captured. Only an observable in-place write that cannot be rewritten locally (or a node that
+cannot be replaced alone) still re-traces the whole program with ``run_decompositions``.
+
 A custom op (``torch.library``) with no translation is traced through its implementation
-when it has one written in torch ops: the table maps it to its Python kernel (or its
-CompositeImplicitAutograd kernel), and the re-trace records the ops that kernel runs. A
-translation, built in or registered by the user, always wins: ops with one are never traced.
+when it has one written in torch ops: its Python kernel (or its CompositeImplicitAutograd
+kernel) is traced, and the ops it runs replace the node. A translation, built in or
+registered by the user, always wins: ops with one are never traced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.export import graph_signature as gs
 
 from exporter import _metadata
 from exporter._errors import DecompositionError
@@ -263,11 +272,13 @@ def _functionalize_write(
     the new values. Only that op's few nodes change: no re-trace of the program.
 
     A written tensor the program returns is returned with the write: the output's entry in
-    ``signature`` names the new value.
+    ``signature`` names the new value. A write that reaches a buffer or a user input is carried
+    back to it and returned as its mutation (``BUFFER_MUTATION``, ``USER_INPUT_MUTATION``), as
+    ``run_decompositions`` would return it.
 
-    Returns False (the graph untouched) where that is not sound: the write reaches a graph
-    input or a buffer, a written tensor is returned other than as a user output, another alias of a written tensor is taken before the write,
-    or the write must go back through a view other than slice/select."""
+    Returns False (the graph untouched) where that is not sound: the write reaches a parameter
+    or a constant, another alias of a written tensor is taken before the write, or the write
+    must go back through a view other than slice/select."""
     mutated = _mutated_args(node)
     twin = _functional_twin(node.target)
     if twin is None or len(mutated) != 1 or not node.args or node.args[0] is not mutated[0]:
@@ -277,8 +288,9 @@ def _functionalize_write(
     chain = [mutated[0]]
     while _aliases_input(chain[-1]):
         chain.append(chain[-1].args[0])
-    if chain[-1].op != "call_function":
-        return False  # the write reaches a graph input or a constant: the caller sees it
+    mutation = _input_mutation(chain[-1], signature)
+    if chain[-1].op != "call_function" and mutation is None:
+        return False  # the write reaches a constant or a parameter
     in_chain = set(chain) | {node}
     read_after = []
     for level in chain:
@@ -286,7 +298,7 @@ def _functionalize_write(
         for user in level.users:
             if user in in_chain:
                 continue
-            if user.op == "output" and not _returned_as_user_output(level, signature):
+            if user.op == "output" and not _returned_as_output(level, signature):
                 return False
             if user.op == "output" or order[user] > here:
                 later.append(user)
@@ -294,6 +306,8 @@ def _functionalize_write(
                 return False  # an alias taken before the write could be read after it
         read_after.append(later)
     needed = max((i for i, later in enumerate(read_after) if later), default=-1)
+    if mutation is not None:
+        needed = len(chain) - 1  # the caller sees the input as written: carry it back there
     if any(chain[i].target not in _SCATTERS for i in range(needed)):
         return False
     with graph.inserting_after(node):
@@ -317,14 +331,61 @@ def _functionalize_write(
                 for spec in signature.output_specs:
                     if getattr(spec.arg, "name", None) == level.name:
                         spec.arg = type(spec.arg)(name=value.name)
+    if mutation is not None:
+        _return_mutation(graph, signature, values[-1], *mutation)
     return True
 
 
-def _returned_as_user_output(node: torch.fx.Node, signature: Any) -> bool:
+_OUTPUT_KINDS = frozenset(
+    {
+        gs.OutputKind.USER_OUTPUT,
+        gs.OutputKind.BUFFER_MUTATION,
+        gs.OutputKind.USER_INPUT_MUTATION,
+    }
+)
+
+#: What a write into an input of each kind is returned as (as ``run_decompositions`` does).
+_MUTATION_KINDS = {
+    gs.InputKind.BUFFER: gs.OutputKind.BUFFER_MUTATION,
+    gs.InputKind.USER_INPUT: gs.OutputKind.USER_INPUT_MUTATION,
+}
+
+
+def _returned_as_output(node: torch.fx.Node, signature: Any) -> bool:
     kinds = {
         spec.kind for spec in signature.output_specs if getattr(spec.arg, "name", None) == node.name
     }
-    return kinds == {torch.export.graph_signature.OutputKind.USER_OUTPUT}
+    return bool(kinds) and kinds <= _OUTPUT_KINDS
+
+
+def _input_mutation(root: torch.fx.Node, signature: Any) -> tuple[Any, str] | None:
+    """For a placeholder that is a buffer or a user input: the kind of output its write is
+    returned as and whom it names; else None."""
+    if root.op != "placeholder":
+        return None
+    for spec in signature.input_specs:
+        if getattr(spec.arg, "name", None) == root.name and spec.kind in _MUTATION_KINDS:
+            target = spec.target if spec.kind == gs.InputKind.BUFFER else root.name
+            return _MUTATION_KINDS[spec.kind], target
+    return None
+
+
+def _return_mutation(
+    graph: torch.fx.Graph, signature: Any, value: torch.fx.Node, kind: Any, target: str
+) -> None:
+    """Returns ``value`` as the new value of the input ``target``: a mutation output, before
+    the user outputs. (A later write into it finds ``value`` returned and moves the output on.)"""
+    first_user = next(
+        (i for i, s in enumerate(signature.output_specs) if s.kind == gs.OutputKind.USER_OUTPUT),
+        len(signature.output_specs),
+    )
+    output = graph.output_node()
+    returned = list(output.args[0])
+    returned.insert(first_user, value)
+    output.args = (tuple(returned),)
+    signature.output_specs.insert(
+        first_user, gs.OutputSpec(kind=kind, arg=gs.TensorArgument(name=value.name), target=target)
+    )
 
 
 def functionalize_observed_writes(program: torch.export.ExportedProgram) -> int:
@@ -360,6 +421,10 @@ def decompose(
     reason = needs_decomposition(program, registry)
     if reason is None:
         return program, None
+    if not _has_observed_writes(program, registry):
+        local = decompose_locally(program, registry, notes, untraceable)
+        if local is not None:
+            return local, reason
     traced = traced_custom_ops(program, registry)
     while True:
         table = decomposition_table(registry)
@@ -372,21 +437,285 @@ def decompose(
             failed = _failed_trace(exc)
             if failed is None:
                 raise _decomposition_error(exc, reason) from exc
-            how = traced.pop(failed.op)[1]
-            why = (
-                f"tracing it through {how} failed ({failed}): its implementation cannot be "
-                f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
-                f"not written in torch ops)"
-            )
-            logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
-            if untraceable is not None:
-                untraceable[_metadata.target_name(failed.op)] = why
+            _untraceable(failed, traced.pop(failed.op)[1], untraceable)
     for op, (_, how) in traced.items():
-        note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
-        logging.getLogger("exporter").info(note)
-        if notes is not None:
-            notes.append(note)
+        _note_traced(op, how, notes)
     return decomposed, reason
+
+
+def _untraceable(
+    failed: _TracedImplementationFailed, how: str, untraceable: dict[str, str] | None
+) -> None:
+    why = (
+        f"tracing it through {how} failed ({failed}): its implementation cannot be "
+        f"captured as a graph (a Python branch or loop on tensor values, or a kernel "
+        f"not written in torch ops)"
+    )
+    logging.getLogger("exporter").info(f"{_metadata.target_name(failed.op)}: {why}")
+    if untraceable is not None:
+        untraceable[_metadata.target_name(failed.op)] = why
+
+
+def _note_traced(op: Any, how: str, notes: list[str] | None) -> None:
+    note = f"traced custom op {_metadata.target_name(op)} through {how} (it has no translation)"
+    logging.getLogger("exporter").info(note)
+    if notes is not None:
+        notes.append(note)
+
+
+def _has_observed_writes(program: torch.export.ExportedProgram, registry: Registry) -> bool:
+    return any(
+        _observed_writes(node)
+        for node, target in fx_targets(program.graph_module)
+        if not is_noop_target(target) and lookup(registry, target) is not None
+    )
+
+
+# ------------------------------------------------------------------ local decomposition
+#: How many nodes one program may have decomposed locally before the whole-program
+#: re-trace takes over (a decomposition that keeps producing ops without a translation).
+_LOCAL_LIMIT = 10_000
+
+#: Node metadata a decomposed node's replacements take from the trace, not from the node.
+_TRACED_META = frozenset({"val", "tensor_meta", "example_value", "unbacked_bindings"})
+
+
+class _NotLocal(Exception):
+    """A node the local decomposition cannot replace: the whole program is re-traced."""
+
+
+def _untranslated(node: torch.fx.Node, registry: Registry) -> bool:
+    target = node.target
+    return (
+        node.op == "call_function"
+        and not is_noop_target(target)
+        and getattr(target, "__name__", "") != "getitem"
+        and lookup(registry, target) is None
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _table_dict(targets: frozenset[Any]) -> dict[Any, Any]:
+    return dict(_table_for(targets).items())
+
+
+def _graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[torch.fx.GraphModule]:
+    """The graph module and, depth first, those of its control-flow subgraphs."""
+    yield graph_module
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr":
+            sub = getattr(graph_module, node.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                yield from _graph_modules(sub)
+
+
+def _fake_mode(graph: torch.fx.Graph) -> Any:
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([node.meta.get("val") for node in graph.find_nodes(op="placeholder")])
+
+
+def _replace_node(
+    graph: torch.fx.Graph,
+    node: torch.fx.Node,
+    decomposition: Callable[..., Any],
+    table: dict[Any, Any],
+    signature: Any,
+    add_constant: Callable[[torch.Tensor], str],
+) -> list[torch.fx.Node]:
+    """Replaces one node by the graph its decomposition traces to on the node's fake inputs
+    (``make_fx``), spliced in where the node was. The new nodes keep the node's metadata
+    (source line, module stack) with the shapes the trace found. Returns the new call nodes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils import _pytree as pytree
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+        raise _NotLocal(f"{node.name} is not a functional op")
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, arg in enumerate(flat) if isinstance(arg, torch.fx.Node)]
+    inputs = [flat[i] for i in positions]
+    if any("val" not in arg.meta for arg in inputs):
+        raise _NotLocal(f"an input of {node.name} has no example value")
+
+    def run(*values: Any) -> Any:
+        filled = list(flat)
+        for i, value in zip(positions, values):
+            filled[i] = value
+        args, kwargs = pytree.tree_unflatten(filled, spec)
+        return decomposition(*args, **kwargs)
+
+    traced = make_fx(run, decomposition_table=table, tracing_mode="real")(
+        *[arg.meta["val"] for arg in inputs]
+    )
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    val_map = dict(zip(placeholders, inputs))
+    for attr in [n for n in traced.graph.nodes if n.op == "get_attr"]:
+        name = add_constant(getattr(traced, attr.target))
+        with graph.inserting_before(node):
+            val_map[attr] = graph.get_attr(name)
+        val_map[attr].meta = dict(attr.meta)
+    with graph.inserting_before(node):
+        result = graph.graph_copy(traced.graph, val_map)
+    kept = {k: v for k, v in node.meta.items() if k not in _TRACED_META}
+    added = [val_map[n] for n in traced.graph.nodes if n.op == "call_function"]
+    for original in traced.graph.nodes:
+        if original.op in ("call_function", "get_attr"):
+            val_map[original].meta = {**kept, **original.meta}
+    multiple = len(target._schema.returns) != 1 or isinstance(result, (list, tuple))
+    replaced = {}
+    if multiple:
+        for user in list(node.users):
+            index = user.args[1] if getattr(user.target, "__name__", "") == "getitem" else None
+            if not isinstance(index, int) or not isinstance(result[index], torch.fx.Node):
+                raise _NotLocal(f"{node.name}'s outputs are read other than by index")
+            replaced[user] = result[index]
+    elif isinstance(result, torch.fx.Node):
+        replaced[node] = result
+    else:
+        raise _NotLocal(f"{node.name}'s decomposition returns no tensor")
+    for old, new in replaced.items():
+        old.replace_all_uses_with(new)
+        for output in getattr(signature, "output_specs", ()):
+            if getattr(output.arg, "name", None) == old.name:
+                output.arg = type(output.arg)(name=new.name)
+        if old is not node:
+            graph.erase_node(old)
+    graph.erase_node(node)
+    return added
+
+
+def _constant_adder(
+    taken: Callable[[str], bool], store: Callable[[str, torch.Tensor], None]
+) -> Callable[[torch.Tensor], str]:
+    """Gives each tensor constant a decomposition makes a fresh attribute name, stored."""
+
+    def add(tensor: torch.Tensor) -> str:
+        i = 0
+        while taken(f"_decomposed_constant{i}"):
+            i += 1
+        store(f"_decomposed_constant{i}", tensor)
+        return f"_decomposed_constant{i}"
+
+    return add
+
+
+def _attribute(module: torch.nn.Module, target: str) -> Any:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def decompose_locally(
+    program: torch.export.ExportedProgram,
+    registry: Registry,
+    notes: list[str] | None = None,
+    untraceable: dict[str, str] | None = None,
+) -> torch.export.ExportedProgram | None:
+    """A copy of the program with each node that has no translation replaced by the graph its
+    decomposition traces to, alone, on that node's fake inputs: the cost follows the nodes that
+    need it, where ``run_decompositions`` re-traces the whole program (swin_t: seconds) for one
+    op. The ops a decomposition yields are judged the same way, so a decomposition into other
+    untranslated ops is followed to ops with translations.
+
+    A custom op is traced through its implementation (``traceable_implementation``); one whose
+    implementation cannot be traced stays, and ``untraceable`` says why. An op with neither a
+    translation nor a decomposition stays too: translation lists it. Returns None where a node
+    cannot be replaced alone (an in-place op, outputs read other than by index): the caller
+    re-traces the whole program then.
+    """
+    from exporter._capture import _size_oblivious
+    from exporter._flags import onnx_export_flag
+    from exporter.ops._fake_kernels import installed as fake_kernels_installed
+
+    original = program.graph_module
+    graph = copy.deepcopy(program.graph)
+    signature = gs.ExportGraphSignature(  # only output specs change
+        input_specs=list(program.graph_signature.input_specs),
+        output_specs=[copy.copy(spec) for spec in program.graph_signature.output_specs],
+    )
+    # the control-flow subgraphs that change are copied; the others are shared
+    private = {}
+    for node in graph.find_nodes(op="get_attr"):
+        sub = _attribute(original, node.target)
+        if isinstance(sub, torch.fx.GraphModule) and any(
+            _untranslated(n, registry) for gm in _graph_modules(sub) for n in gm.graph.nodes
+        ):
+            private[node.target] = copy.deepcopy(sub)
+    constants: dict[str, torch.Tensor] = {}
+    graphs = [
+        (
+            graph,
+            signature,
+            None,
+            _constant_adder(
+                lambda name: name in constants or hasattr(original, name), constants.__setitem__
+            ),
+        )
+    ]
+    for sub in private.values():
+        for gm in _graph_modules(sub):
+            add = _constant_adder(
+                functools.partial(hasattr, gm),
+                functools.partial(gm.register_buffer, persistent=False),
+            )
+            graphs.append((gm.graph, None, gm, add))
+    table = _table_dict(registry.targets())
+    custom = traced_custom_ops(program, registry)
+    used, failed = set(), {}
+    budget = _LOCAL_LIMIT
+    with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
+        for each_graph, each_signature, owner, add_constant in graphs:
+            fake_mode = _fake_mode(each_graph)
+            work = [n for n in each_graph.nodes if _untranslated(n, registry)]
+            changed = False
+            while work:
+                node = work.pop()
+                target = node.target
+                if target in custom:
+                    decomposition = _traced(target, custom[target][0])
+                elif target in table:
+                    decomposition = table[target]
+                else:
+                    continue  # no decomposition: translation names it
+                budget -= 1
+                try:
+                    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                        added = _replace_node(
+                            each_graph, node, decomposition, table, each_signature, add_constant
+                        )
+                except _NotLocal:
+                    return None
+                except Exception as exc:
+                    traced_failure = _failed_trace(exc)
+                    if traced_failure is None or budget < 0:
+                        return None
+                    failed[target] = (traced_failure, custom.pop(target)[1])
+                    continue
+                changed = True
+                if target in custom:
+                    used.add(target)
+                work.extend(n for n in added if _untranslated(n, registry))
+                if budget < 0:
+                    return None
+            if changed and owner is not None:
+                owner.recompile()
+    root = {
+        node.target: constants.get(node.target)
+        if node.target in constants
+        else private.get(node.target) or _attribute(original, node.target)
+        for node in graph.find_nodes(op="get_attr")
+    }
+    graph_module = torch.fx.GraphModule(root, graph)
+    graph_module.meta.update(original.meta)
+    copied = copy.copy(program)  # weights and constants shared; no re-verification
+    copied._graph_module = graph_module
+    copied._graph_signature = signature
+    for failure, how in failed.values():
+        _untraceable(failure, how, untraceable)
+    for op in used:
+        _note_traced(op, custom[op][1], notes)
+    return copied
 
 
 def _run_decompositions(

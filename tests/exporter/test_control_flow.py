@@ -6,6 +6,7 @@ import torch
 from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
+from exporter import _decompose
 from tests.op_check import check_op
 
 
@@ -83,7 +84,9 @@ def test_control_flow_alone_does_not_force_decomposition():
         assert program.record.decomposition_reason is None, type(module).__name__
 
 
-def test_untranslated_op_in_a_branch_still_decomposes():
+def test_untranslated_op_in_a_branch_still_decomposes(monkeypatch):
+    retraces = []  # the op is decomposed alone, in its branch: the program is not re-traced
+    monkeypatch.setattr(_decompose, "_run_decompositions", lambda *a: retraces.append(a))
     x, target = torch.rand(6) + 0.1, torch.rand(6)
     program = check_op(
         CondWithUntranslatedOp(),
@@ -92,6 +95,7 @@ def test_untranslated_op_in_a_branch_still_decomposes():
         second_args=(-torch.rand(9) - 0.1, torch.rand(9)),
     )
     assert "binary_cross_entropy" in program.record.decomposition_reason
+    assert retraces == []
 
 
 class NoGradRegion(torch.nn.Module):
