@@ -634,70 +634,21 @@ def decompose_locally(
         input_specs=list(program.graph_signature.input_specs),
         output_specs=[copy.copy(spec) for spec in program.graph_signature.output_specs],
     )
-    # the control-flow subgraphs that change are copied; the others are shared
-    private = {}
-    for node in graph.find_nodes(op="get_attr"):
-        sub = _attribute(original, node.target)
-        if isinstance(sub, torch.fx.GraphModule) and any(
-            _untranslated(n, registry) for gm in _graph_modules(sub) for n in gm.graph.nodes
-        ):
-            private[node.target] = copy.deepcopy(sub)
     constants: dict[str, torch.Tensor] = {}
-    graphs = [
-        (
-            graph,
-            signature,
-            None,
-            _constant_adder(
-                lambda name: name in constants or hasattr(original, name), constants.__setitem__
-            ),
-        )
-    ]
-    for sub in private.values():
-        for gm in _graph_modules(sub):
-            add = _constant_adder(
-                functools.partial(hasattr, gm),
-                functools.partial(gm.register_buffer, persistent=False),
-            )
-            graphs.append((gm.graph, None, gm, add))
+    private, graphs = _graphs_to_change(original, graph, signature, registry, constants)
     table = _table_dict(registry.targets())
     custom = traced_custom_ops(program, registry)
     used, failed = set(), {}
-    budget = _LOCAL_LIMIT
+    budget = [_LOCAL_LIMIT]
     with _size_oblivious(), onnx_export_flag(), fake_kernels_installed():
         for each_graph, each_signature, owner, add_constant in graphs:
-            fake_mode = _fake_mode(each_graph)
-            work = [n for n in each_graph.nodes if _untranslated(n, registry)]
-            changed = False
-            while work:
-                node = work.pop()
-                target = node.target
-                if target in custom:
-                    decomposition = _traced(target, custom[target][0])
-                elif target in table:
-                    decomposition = table[target]
-                else:
-                    continue  # no decomposition: translation names it
-                budget -= 1
-                try:
-                    with fake_mode if fake_mode is not None else contextlib.nullcontext():
-                        added = _replace_node(
-                            each_graph, node, decomposition, table, each_signature, add_constant
-                        )
-                except _NotLocal:
-                    return None
-                except Exception as exc:
-                    traced_failure = _failed_trace(exc)
-                    if traced_failure is None or budget < 0:
-                        return None
-                    failed[target] = (traced_failure, custom.pop(target)[1])
-                    continue
-                changed = True
-                if target in custom:
-                    used.add(target)
-                work.extend(n for n in added if _untranslated(n, registry))
-                if budget < 0:
-                    return None
+            try:
+                changed = _decompose_graph(
+                    each_graph, each_signature, add_constant, registry, table, custom, used,
+                    failed, budget,
+                )  # fmt: skip
+            except _NotLocal:
+                return None
             if changed and owner is not None:
                 owner.recompile()
     root = {
@@ -716,6 +667,75 @@ def decompose_locally(
     for op in used:
         _note_traced(op, custom[op][1], notes)
     return copied
+
+
+def _graphs_to_change(original, graph, signature, registry: Registry, constants: dict) -> tuple:
+    """The top graph (a copy) and copies of the control-flow subgraphs that hold an
+    untranslated op (the others stay shared), each with how a new constant is added to it."""
+    private = {}
+    for node in graph.find_nodes(op="get_attr"):
+        sub = _attribute(original, node.target)
+        if isinstance(sub, torch.fx.GraphModule) and any(
+            _untranslated(n, registry) for gm in _graph_modules(sub) for n in gm.graph.nodes
+        ):
+            private[node.target] = copy.deepcopy(sub)
+    graphs = [
+        (
+            graph,
+            signature,
+            None,
+            _constant_adder(
+                lambda name: name in constants or hasattr(original, name), constants.__setitem__
+            ),
+        )
+    ]
+    for sub in private.values():
+        for gm in _graph_modules(sub):
+            add = _constant_adder(
+                functools.partial(hasattr, gm),
+                functools.partial(gm.register_buffer, persistent=False),
+            )
+            graphs.append((gm.graph, None, gm, add))
+    return private, graphs
+
+
+def _decompose_graph(
+    graph, signature, add_constant, registry, table, custom, used, failed, budget
+) -> bool:
+    """Replaces each untranslated node of one graph by its decomposition, and the untranslated
+    nodes those yield in turn; whether anything changed. Raises ``_NotLocal`` where the program
+    must be re-traced whole (a node that cannot be replaced alone, or ``budget[0]`` spent)."""
+    fake_mode = _fake_mode(graph)
+    work = [n for n in graph.nodes if _untranslated(n, registry)]
+    changed = False
+    while work:
+        node = work.pop()
+        target = node.target
+        if target in custom:
+            decomposition = _traced(target, custom[target][0])
+        elif target in table:
+            decomposition = table[target]
+        else:
+            continue  # no decomposition: translation names it
+        budget[0] -= 1
+        try:
+            with fake_mode if fake_mode is not None else contextlib.nullcontext():
+                added = _replace_node(graph, node, decomposition, table, signature, add_constant)
+        except _NotLocal:
+            raise
+        except Exception as exc:
+            traced_failure = _failed_trace(exc)
+            if traced_failure is None or budget[0] < 0:
+                raise _NotLocal(f"{node.name}: {type(exc).__name__}") from exc
+            failed[target] = (traced_failure, custom.pop(target)[1])
+            continue
+        changed = True
+        if target in custom:
+            used.add(target)
+        work.extend(n for n in added if _untranslated(n, registry))
+        if budget[0] < 0:
+            raise _NotLocal("the local decomposition's node budget is spent")
+    return changed
 
 
 def _run_decompositions(

@@ -222,6 +222,43 @@ _ONNX_QDQ = {
 }
 
 
+class _GraphFacts:
+    """What a graph states about its values: stored tensors (initializers and Constant nodes),
+    element types and ranks."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.initializers = {i.name: i for i in graph.initializer}
+        self.constants = {
+            node.output[0]: attr.t
+            for node in graph.node
+            if node.op_type == "Constant"
+            for attr in node.attribute
+            if attr.name == "value"
+        }
+        self.types = {
+            info.name: info.type.tensor_type
+            for info in (*graph.input, *graph.value_info, *graph.output)
+        }
+
+    def tensor(self, name: str):
+        proto = self.initializers.get(name) or self.constants.get(name)
+        return None if proto is None else numpy_helper.to_array(proto)
+
+    def elem_type(self, name: str) -> int | None:
+        if name in self.initializers:
+            return self.initializers[name].data_type
+        if name in self.constants:
+            return self.constants[name].data_type
+        info = self.types.get(name)
+        return info.elem_type if info is not None and info.elem_type else None
+
+    def rank(self, name: str) -> int | None:
+        if name in self.initializers:
+            return len(self.initializers[name].dims)
+        info = self.types.get(name)
+        return len(info.shape.dim) if info is not None and info.HasField("shape") else None
+
+
 def graph_quantization(model: onnx.ModelProto) -> list[QuantizationNode]:
     """The QuantizeLinear/DequantizeLinear/DynamicQuantizeLinear nodes of ``model`` (shape
     inference fills the types and ranks the nodes do not state)."""
@@ -229,42 +266,11 @@ def graph_quantization(model: onnx.ModelProto) -> list[QuantizationNode]:
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001, S110 - types then come from initializers and zero points
         pass
-    graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    constants = {
-        node.output[0]: attr.t
-        for node in graph.node
-        if node.op_type == "Constant"
-        for attr in node.attribute
-        if attr.name == "value"
-    }
-    types = {
-        info.name: info.type.tensor_type
-        for info in (*graph.input, *graph.value_info, *graph.output)
-    }
-
-    def tensor(name: str):
-        proto = initializers.get(name) or constants.get(name)
-        return None if proto is None else numpy_helper.to_array(proto)
-
-    def elem_type(name: str) -> int | None:
-        if name in initializers:
-            return initializers[name].data_type
-        if name in constants:
-            return constants[name].data_type
-        info = types.get(name)
-        return info.elem_type if info is not None and info.elem_type else None
-
-    def rank(name: str) -> int | None:
-        if name in initializers:
-            return len(initializers[name].dims)
-        info = types.get(name)
-        return len(info.shape.dim) if info is not None and info.HasField("shape") else None
-
+    facts = _GraphFacts(model.graph)
     found, seen = [], set()
-    for node in graph.node:
+    for node in model.graph.node:
         if node.op_type == "GatherBlockQuantized" and node.domain == "com.microsoft":
-            found.append(_gathered_table(node, initializers, tensor))
+            found.append(_gathered_table(node, facts.initializers, facts.tensor))
             continue
         kind = _ONNX_QDQ.get(node.op_type)
         if kind is None or node.domain not in ("", "ai.onnx"):
@@ -273,42 +279,41 @@ def graph_quantization(model: onnx.ModelProto) -> list[QuantizationNode]:
         if key in seen:  # one per distinct computation (see program_quantization)
             continue
         seen.add(key)
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "DynamicQuantizeLinear":
-            found.append(QuantizationNode(kind, "uint8", None, "tensor", False))
-            continue
-        zero_name = node.input[2] if len(node.input) > 2 else ""
-        integer = node.input[0] if kind == "dequantize" else node.output[0]
-        dtype = elem_type(integer) or (elem_type(zero_name) if zero_name else None)
-        if dtype is None:
-            dtype = attrs.get("output_dtype") or onnx.TensorProto.UINT8
-        if zero_name:
-            values = tensor(zero_name)
-            zero_points = None if values is None else tuple(int(v) for v in np.unique(values))
-        else:
-            zero_points = (0,)
-        scale = tensor(node.input[1])
-        if attrs.get("block_size"):
-            granularity = f"block {attrs['block_size']}"
-        elif scale is not None and scale.size > 1:
-            axis = attrs.get("axis", 1)
-            data_rank = rank(node.input[0])
-            granularity = f"axis {axis % data_rank if data_rank else axis}"
-        else:
-            granularity = "tensor"
-        stored = node.input[0] in initializers
-        found.append(
-            QuantizationNode(
-                kind=kind,
-                dtype=onnx.helper.tensor_dtype_to_np_dtype(dtype).name
-                if dtype not in _ONNX_NARROW
-                else _ONNX_NARROW[dtype],
-                zero_points=zero_points,
-                granularity=granularity,
-                stored=stored,
-            )
-        )
+        found.append(_qdq_node(node, kind, facts))
     return found
+
+
+def _qdq_node(node: onnx.NodeProto, kind: str, facts: _GraphFacts) -> QuantizationNode:
+    """One Q/DQ node's integer type, zero points, granularity and whether its input is stored."""
+    if node.op_type == "DynamicQuantizeLinear":
+        return QuantizationNode(kind, "uint8", None, "tensor", False)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    zero_name = node.input[2] if len(node.input) > 2 else ""
+    integer = node.input[0] if kind == "dequantize" else node.output[0]
+    dtype = facts.elem_type(integer) or (facts.elem_type(zero_name) if zero_name else None)
+    if dtype is None:
+        dtype = attrs.get("output_dtype") or onnx.TensorProto.UINT8
+    if zero_name:
+        values = facts.tensor(zero_name)
+        zero_points = None if values is None else tuple(int(v) for v in np.unique(values))
+    else:
+        zero_points = (0,)
+    scale = facts.tensor(node.input[1])
+    if attrs.get("block_size"):
+        granularity = f"block {attrs['block_size']}"
+    elif scale is not None and scale.size > 1:
+        axis = attrs.get("axis", 1)
+        data_rank = facts.rank(node.input[0])
+        granularity = f"axis {axis % data_rank if data_rank else axis}"
+    else:
+        granularity = "tensor"
+    return QuantizationNode(
+        kind=kind,
+        dtype=_ONNX_NARROW.get(dtype) or onnx.helper.tensor_dtype_to_np_dtype(dtype).name,
+        zero_points=zero_points,
+        granularity=granularity,
+        stored=node.input[0] in facts.initializers,
+    )
 
 
 _ONNX_NARROW = {onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4"}
