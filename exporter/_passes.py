@@ -255,15 +255,21 @@ def local_rules(rules: Iterable) -> list:
 
 
 def _op_type_first(rule):
-    """``rule.try_rewrite``, answering None at once for a node of another op type or domain
-    (with a tracer, onnxscript's own, which records the miss)."""
+    """``rule.try_rewrite``, answering None at once for a node the pattern cannot match at:
+    another op type or domain than its first output node's, or (for a pattern of one output
+    node) a node whose producers, a few steps up, are not of the op types the pattern's are
+    (:func:`_producer_checks`). With a tracer, onnxscript's own, which records the miss."""
     rewrite = type(rule).try_rewrite.__get__(rule)
     op_pattern, domain_pattern = _first_node(rule)
     op, domain = _constant(op_pattern), _constant(domain_pattern)
+    pattern = rule._matcher.pattern
+    checks = _producer_checks(pattern.output_nodes[0]) if pattern.has_single_output_node else ()
     if op is not None and domain is not None:
 
         def try_rewrite(model, graph_or_function, node, *, verbose=None, tracer=None):
-            if tracer is None and (node.op_type != op or node.domain != domain):
+            if tracer is None and (
+                node.op_type != op or node.domain != domain or not _producers_hold(node, checks)
+            ):
                 return None
             return rewrite(model, graph_or_function, node, verbose=verbose, tracer=tracer)
 
@@ -277,6 +283,60 @@ def _op_type_first(rule):
             return rewrite(model, graph_or_function, node, verbose=verbose, tracer=tracer)
 
     return try_rewrite
+
+
+#: How many producer steps up from the node :func:`_producer_checks` looks.
+_PRODUCER_DEPTH = 3
+
+
+def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
+    """What onnxscript's matcher requires of a node's producers before it can match
+    ``node_pattern`` there, as (path, domain, op type): following ``path`` (per step, the
+    input's index and the index of the producer's output it is) from the node reaches a
+    producer of that domain and op type. Only the pattern's inputs that are a node's output
+    of a fixed op type count (the matcher fails on anything else there: no producer, another
+    output, another op type); variables, constants and alternatives ask nothing here.
+
+    Patterns are commuted into a rule per order of the inputs, and a model has many nodes of
+    the op types the rules start from (Mul, Add): these checks turn away most of them without
+    building a match.
+    """
+    from onnxscript.rewriter import _pattern_ir
+
+    checks = []
+
+    def visit(pattern, path, left):
+        for index, value in enumerate(pattern.inputs):
+            if not isinstance(value, _pattern_ir.NodeOutputPattern):
+                continue
+            producer = value.producer()
+            op, domain = _constant(producer.op), _constant(producer.domain)
+            if op is None or domain is None:
+                continue
+            step = (*path, (index, value.output_index))
+            checks.append((step, domain, op))
+            if left > 1:
+                visit(producer, step, left - 1)
+
+    visit(node_pattern, (), depth)
+    return tuple(checks)
+
+
+def _producers_hold(node: ir.Node, checks: tuple) -> bool:
+    """Whether ``node``'s producers meet every one of :func:`_producer_checks`' ``checks``."""
+    for path, domain, op in checks:
+        current = node
+        for index, output_index in path:
+            inputs = current.inputs
+            value = inputs[index] if index < len(inputs) else None
+            if value is None:
+                return False
+            current = value.producer()
+            if current is None or value.index() != output_index:
+                return False
+        if current.op_type != op or current.domain != domain:
+            return False
+    return True
 
 
 @functools.cache

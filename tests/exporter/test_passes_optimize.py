@@ -162,3 +162,38 @@ def test_a_symbolic_dim_is_still_inferred():
     model = _relu_of(["n", 8])
     assert not _passes._fixed(model.graph.outputs[0])
     assert _passes._fixed(_relu_of([2, 8]).graph.outputs[0])
+
+
+def _relu_of_op(op_type: str) -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2, 8])
+    inner = ir.node(op_type, [x])
+    relu = ir.node("Relu", inner.outputs)
+    graph = ir.Graph([x], relu.outputs, nodes=[inner, relu], opset_imports={"": 20}, name="g")
+    return ir.Model(graph, ir_version=10)
+
+
+def test_a_rule_turns_away_a_node_whose_producer_is_of_another_op_type(monkeypatch):
+    def relu_of_neg(op, x):
+        return op.Relu(op.Neg(x))
+
+    def relu(op, x):
+        return op.Relu(x)
+
+    rules = _passes.rule_set([pattern.RewriteRule(relu_of_neg, relu)])
+    (rule,) = rules.rules
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
+        (((0, 0),), "", "Neg"),
+    )
+    matched = _relu_of_op("Neg")
+    assert rules.apply_to_model(matched) == 1
+    assert [n.op_type for n in matched.graph] == ["Relu"]
+
+    def asked(*_, **__):
+        pytest.fail("the matcher was asked about a Relu of an Abs")
+
+    monkeypatch.setattr(rule._matcher, "match", asked)
+    other = _relu_of_op("Abs")
+    assert rules.apply_to_model(other) == 0
+    assert [n.op_type for n in other.graph] == ["Abs", "Relu"]
+    with pytest.raises(pytest.fail.Exception, match="the matcher was asked"):
+        rules.apply_to_model(_relu_of_op("Neg"))
