@@ -87,26 +87,27 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
 
 def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     """The passes of ``onnxscript.optimizer.optimize_ir``, in its order and with its defaults,
-    but with its default rewrite rules made to cost what the graph costs (``local_rules``)."""
+    but with its default rewrite rules made to cost what the graph costs (:func:`rule_set`),
+    its folder inferring no shape the graph has (:func:`_known_shapes_first`), and its second
+    round of folding and rewriting run only when the first rewrote something
+    (:class:`_FoldRewriteAgainIfRewritten`)."""
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
     passes = [
-        ir.passes.PassManager(
+        _FoldRewriteAgainIfRewritten(
+            _known_shapes_first()(
+                shape_inference=True,
+                input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+                output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+                should_fold=_should_fold,
+            ),
+            rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
             [
-                _known_shapes_first()(
-                    shape_inference=True,
-                    input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
-                    output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
-                    should_fold=_should_fold,
-                ),
-                rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
                 common.RemoveUnusedNodesPass(),
                 common.RemoveUnusedFunctionsPass(),
                 common.RemoveUnusedOpsetsPass(),
             ],
-            steps=2,
-            early_stop=True,
         ),
         common.RemoveUnusedNodesPass(),
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
@@ -119,6 +120,33 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     if inline:
         passes.insert(0, common.InlinePass())
     return ir.passes.Sequential(*passes)
+
+
+class _FoldRewriteAgainIfRewritten(ir.passes.InPlacePass):
+    """Constant folding, the rewrite rules and the clean-ups after them, twice, as
+    onnxscript's optimizer runs them, except that the second round runs only when the first
+    round's rewrite changed the graph.
+
+    The folder visits the nodes in order and folds what it can in one sweep: run again on
+    what it made, it finds nothing more (over the zoo, a second round found something only
+    after a rewrite: t5's). The rewrite, in turn, sees every node after the folding; without
+    a rewrite there is nothing new for either of them. (onnxscript's pass manager ran the
+    second round whenever any pass had changed anything, the folding or a clean-up too.)
+    """
+
+    def __init__(self, fold, rewrite, cleanups, steps: int = 2) -> None:
+        super().__init__()
+        self.fold, self.rewrite, self.cleanups, self.steps = fold, rewrite, cleanups, steps
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for _ in range(self.steps):
+            results = [self.fold(model), rewritten := self.rewrite(model)]
+            results += [cleanup(model) for cleanup in self.cleanups]
+            modified |= any(result.modified for result in results)
+            if not rewritten.modified:
+                break
+        return ir.passes.PassResult(model, modified)
 
 
 @functools.cache

@@ -197,3 +197,28 @@ def test_a_rule_turns_away_a_node_whose_producer_is_of_another_op_type(monkeypat
     assert [n.op_type for n in other.graph] == ["Abs", "Relu"]
     with pytest.raises(pytest.fail.Exception, match="the matcher was asked"):
         rules.apply_to_model(_relu_of_op("Neg"))
+
+
+class _Recording(ir.passes.InPlacePass):
+    def __init__(self, name: str, log: list, changes: list[bool]):
+        super().__init__()
+        self.name, self.log, self.changes = name, log, changes
+
+    def call(self, model):
+        self.log.append(self.name)
+        return ir.passes.PassResult(model, self.changes.pop(0) if self.changes else False)
+
+
+@pytest.mark.parametrize(
+    ("rewrites", "rounds"), [([False], ["fold", "rewrite", "clean"]), ([True, False], None)]
+)
+def test_the_second_round_runs_only_after_a_rewrite(rewrites, rounds):
+    log: list[str] = []
+    passes = _passes._FoldRewriteAgainIfRewritten(
+        _Recording("fold", log, [True, True]),
+        _Recording("rewrite", log, list(rewrites)),
+        [_Recording("clean", log, [True, True])],
+    )
+    result = passes(_two_halves_and_others(0))
+    assert result.modified
+    assert log == (rounds or ["fold", "rewrite", "clean"] * 2)
