@@ -61,6 +61,7 @@ def _export(name: str, case, shapes: str):
             end = time.perf_counter()
             stages = dict(program.record.timings)
             stages["serialize"] = end - serialize_start
+            stages["nodes"] = len(program.model.graph)
             return end - start, stages
         if name == "dynamo":
             program = torch.onnx.export(

@@ -12,7 +12,8 @@ falls on both alike. Ours is ``exporter.export`` plus serializing its ``model_pr
 serialization (``exporter.export`` alone, as issue 28 measured it). The floor of a model that
 torch.export captures only with ours' capture patches (torchvision detection) runs with them.
 Prints the medians, their ratio, and the median stage timings of ours from each export's
-record (capture, decomposition, translation, optimize, serialize). The last lines: the median
+record (capture, decomposition, translation, optimize, serialize), the exported node count and
+the optimize stage's ms per node. The last lines: the median
 and the worst ratio over the models (issue 28's goals: median <= 1.15, worst <= 1.5), without
 and with serialization, then the load average at the end.
 """
@@ -88,9 +89,11 @@ def main() -> int:
     print(
         f"{'model':42s} {'ours':>7s} {'capture':>7s} {'ratio':>5s} {'-ser':>5s} | "
         + " ".join(f"{s[:9]:>9s}" for s in STAGES)
+        + f" {'nodes':>6s} {'opt ms/node':>7s}"
     )
     ratios: dict[str, float] = {}
     unserialized: dict[str, float] = {}
+    optimize_ms_per_node: list[float] = []
     for case in cases:
         try:
             _round(case, options.shapes, True)  # warm-up: imports, caches, first calls
@@ -108,9 +111,12 @@ def main() -> int:
         export_only = _median([row[0] - row[1].get("serialize", 0.0) for row in rows])
         unserialized[case.name] = export_only / floor
         stages = " ".join(f"{_median([row[1].get(s, 0.0) for row in rows]):9.3f}" for s in STAGES)
+        nodes = rows[0][1].get("nodes", 0)
+        optimize = _median([row[1].get("optimize", 0.0) for row in rows])
+        optimize_ms_per_node.append(1e3 * optimize / max(nodes, 1))
         print(
             f"{case.name:42s} {ours:7.3f} {floor:7.3f} {ours / floor:5.2f} "
-            f"{unserialized[case.name]:5.2f} | {stages}",
+            f"{unserialized[case.name]:5.2f} | {stages} {nodes:6d} {optimize_ms_per_node[-1]:7.3f}",
             flush=True,
         )
     for label, table in (("", unserialized), (" with serialize", ratios)):
@@ -124,6 +130,11 @@ def main() -> int:
         print(
             f"worst ratio ours{label} / torch.export alone: {table[worst]:.2f} ({worst}) "
             f"(goal <= {GOALS['worst']})"
+        )
+    if optimize_ms_per_node:
+        print(
+            f"optimize ms per exported node: median {_median(optimize_ms_per_node):.3f} over "
+            f"{len(optimize_ms_per_node)} models"
         )
     print(f"load average at the end: {_load()}")
     return 0 if ratios else 1

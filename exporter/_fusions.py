@@ -23,6 +23,7 @@ broadcasting of its caches, which is why the rewrite expands them to the batch).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -628,6 +629,24 @@ _ONNXRUNTIME_FORMS: list[tuple[str, Callable[[], list]]] = [
 ]
 
 
+@functools.cache
+def _rule_sets() -> tuple:
+    """The rule sets of :func:`fuse`, built once (commuting the patterns costs as much as
+    applying them to a small model): the simplifications, then per fused op its sets in
+    order, then per op the onnxruntime forms."""
+    return (
+        _passes.rule_set(_SIMPLIFICATIONS),
+        [
+            (op_type, [_passes.rule_set(rules, commute=True) for rules in rule_sets()])
+            for op_type, rule_sets in _RULES
+        ],
+        [
+            (op_type, _passes.rule_set(rules(), commute=True))
+            for op_type, rules in _ONNXRUNTIME_FORMS
+        ],
+    )
+
+
 def onnx_opset(model: ir.Model) -> int | None:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
 
@@ -639,21 +658,16 @@ def fuse(model: ir.Model) -> dict[str, int]:
     counts: dict[str, int] = {}
     if opset is None:
         return counts
-    counts["simplified"] = pattern.RewriteRuleSet(
-        _passes.local_rules(_SIMPLIFICATIONS)
-    ).apply_to_model(model)
-    for op_type, rule_sets in _RULES:
+    simplifications, fusions, onnxruntime_forms = _rule_sets()
+    counts["simplified"] = simplifications.apply_to_model(model)
+    for op_type, rule_sets in fusions:
         if _opsets.has(op_type, opset):
-            *prepare, make = (
-                pattern.RewriteRuleSet(_passes.local_rules(rules), commute=True)
-                for rules in rule_sets()
-            )
+            *prepare, make = rule_sets
             for rule_set in prepare:
                 rule_set.apply_to_model(model)
             counts[op_type] = make.apply_to_model(model)
-    for op_type, rules in _ONNXRUNTIME_FORMS:
+    for op_type, rule_set in onnxruntime_forms:
         if not _opsets.has(op_type, opset):
-            rule_set = pattern.RewriteRuleSet(_passes.local_rules(rules()), commute=True)
             counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per

@@ -90,3 +90,135 @@ def test_local_rules_keep_the_rules_they_are_given():
     assert all(r._matcher is not rule._matcher for r, rule in zip(local, rules))
     # onnxscript's own rules keep their matchers: other users of onnxscript see no change.
     assert [rule._matcher for rule in rules] == matchers
+
+
+def test_a_rule_set_rewrites_what_onnxscripts_set_rewrites():
+    original, local = _two_halves_and_others(3), _two_halves_and_others(3)
+    rules = list(rewriter._DEFAULT_REWRITE_RULES)
+    counts = (
+        pattern.RewriteRuleSet(rules).apply_to_model(original),
+        _passes.rule_set(rules).apply_to_model(local),
+    )
+    assert counts[0] == counts[1]
+    assert [n.op_type for n in original.graph] == [n.op_type for n in local.graph]
+
+
+def test_a_rule_asked_about_a_node_of_another_op_type_answers_without_matching():
+    model = _two_halves_and_others(1)
+    (rule,) = _passes.local_rules(_slices_split_rules()[:1])
+    relu = next(n for n in model.graph if n.op_type == "Relu")
+    assert rule.try_rewrite(model, _Unlisted(), relu) is None
+
+
+def test_a_rule_set_without_a_node_to_start_from_does_not_walk_the_graph(monkeypatch):
+    model = _two_halves_and_others(2)
+    rules = _passes.rule_set([r for r in rewriter._DEFAULT_REWRITE_RULES if r.name == "CastCast"])
+    assert rules.triggers == {("", "Cast")}
+
+    def asked(*_, **__):
+        pytest.fail("a rule was asked about a graph without a Cast")
+
+    for rule in rules.rules:
+        monkeypatch.setattr(rule, "try_rewrite", asked)
+    assert rules.apply_to_model(model) == 0
+    cast = ir.node("Cast", [model.graph.outputs[0]], attributes={"to": ir.DataType.DOUBLE})
+    model.graph.append(cast)
+    with pytest.raises(pytest.fail.Exception, match="a rule was asked"):
+        rules.apply_to_model(model)
+
+
+def _relu_of(shape) -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2, 8])
+    relu = ir.node("Relu", [x])
+    relu.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    relu.outputs[0].shape = None if shape is None else ir.Shape(shape)
+    graph = ir.Graph([x], relu.outputs, nodes=[relu], opset_imports={"": 20}, name="g")
+    return ir.Model(graph, ir_version=10)
+
+
+def test_the_folder_infers_no_shape_the_outputs_have(monkeypatch):
+    import onnx.shape_inference
+
+    inferred = []
+    infer = onnx.shape_inference.infer_node_outputs
+
+    def counting(schema, node, *args, **kwargs):
+        inferred.append(node.op_type)
+        return infer(schema, node, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_node_outputs", counting)
+    unknown = _relu_of(None)
+    _passes._onnxscript_optimizer(inline=True)(unknown)
+    assert inferred == ["Relu"]
+    assert unknown.graph.outputs[0].shape == ir.Shape([2, 8])
+    inferred.clear()
+    known = _relu_of([2, 8])
+    _passes._onnxscript_optimizer(inline=True)(known)
+    assert inferred == []
+    assert known.graph.outputs[0].shape == ir.Shape([2, 8])
+
+
+def test_a_symbolic_dim_is_still_inferred():
+    model = _relu_of(["n", 8])
+    assert not _passes._fixed(model.graph.outputs[0])
+    assert _passes._fixed(_relu_of([2, 8]).graph.outputs[0])
+
+
+def _relu_of_op(op_type: str) -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2, 8])
+    inner = ir.node(op_type, [x])
+    relu = ir.node("Relu", inner.outputs)
+    graph = ir.Graph([x], relu.outputs, nodes=[inner, relu], opset_imports={"": 20}, name="g")
+    return ir.Model(graph, ir_version=10)
+
+
+def test_a_rule_turns_away_a_node_whose_producer_is_of_another_op_type(monkeypatch):
+    def relu_of_neg(op, x):
+        return op.Relu(op.Neg(x))
+
+    def relu(op, x):
+        return op.Relu(x)
+
+    rules = _passes.rule_set([pattern.RewriteRule(relu_of_neg, relu)])
+    (rule,) = rules.rules
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
+        (((0, 0),), "", "Neg"),
+    )
+    matched = _relu_of_op("Neg")
+    assert rules.apply_to_model(matched) == 1
+    assert [n.op_type for n in matched.graph] == ["Relu"]
+
+    def asked(*_, **__):
+        pytest.fail("the matcher was asked about a Relu of an Abs")
+
+    monkeypatch.setattr(rule._matcher, "match", asked)
+    other = _relu_of_op("Abs")
+    assert rules.apply_to_model(other) == 0
+    assert [n.op_type for n in other.graph] == ["Abs", "Relu"]
+    with pytest.raises(pytest.fail.Exception, match="the matcher was asked"):
+        rules.apply_to_model(_relu_of_op("Neg"))
+
+
+class _Recording(ir.passes.InPlacePass):
+    def __init__(self, name: str, log: list, changes: list[bool]):
+        super().__init__()
+        self.name, self.log, self.changes = name, log, changes
+
+    def call(self, model):
+        self.log.append(self.name)
+        return ir.passes.PassResult(model, self.changes.pop(0) if self.changes else False)
+
+
+@pytest.mark.parametrize(
+    ("rewrites", "rounds"), [([False], ["fold", "rewrite", "clean"]), ([True, False], None)]
+)
+def test_the_second_round_runs_only_after_a_rewrite(rewrites, rounds):
+    log: list[str] = []
+    passes = _passes._FoldRewriteAgainIfRewritten(
+        _Recording("fold", log, [True, True]),
+        _Recording("rewrite", log, list(rewrites)),
+        [_Recording("clean", log, [True, True])],
+    )
+    result = passes(_two_halves_and_others(0))
+    assert result.modified
+    assert log == (rounds or ["fold", "rewrite", "clean"] * 2)
