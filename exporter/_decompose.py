@@ -582,7 +582,21 @@ def _replace_node(
         if old is not node:
             graph.erase_node(old)
     graph.erase_node(node)
-    return added
+    return _drop_unread(graph, added)
+
+
+def _drop_unread(graph: torch.fx.Graph, added: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """``added`` less the nodes whose values nothing reads (a decomposition's extra outputs
+    the program never used: ``_linalg_solve_ex``'s LU factors under ``tensorsolve``, and the
+    checks ONNX has no equivalent for, such as ``_linalg_check_errors`` on its info output),
+    erased last first; the rest in order."""
+    kept = []
+    for new in reversed(added):
+        if not new.users and (is_noop_target(new.target) or not new.is_impure()):
+            graph.erase_node(new)
+        else:
+            kept.append(new)
+    return kept[::-1]
 
 
 def _constant_adder(
@@ -619,10 +633,12 @@ def decompose_locally(
     untranslated ops is followed to ops with translations.
 
     A custom op is traced through its implementation (``traceable_implementation``); one whose
-    implementation cannot be traced stays, and ``untraceable`` says why. An op with neither a
-    translation nor a decomposition stays too: translation lists it. Returns None where a node
-    cannot be replaced alone (an in-place op, outputs read other than by index): the caller
-    re-traces the whole program then.
+    implementation cannot be traced stays, and ``untraceable`` says why. Returns None where a
+    node cannot be replaced alone (an in-place op, outputs read other than by index) or the
+    table has no decomposition for it (``run_decompositions`` also decomposes
+    CompositeImplicitAutograd ops such as ``cartesian_prod``, functionalizes in-place ops such
+    as ``normal_`` and unwraps tensor subclasses' inner tensors): the caller re-traces the whole
+    program then, and translation lists what is still left.
     """
     from exporter._capture import _size_oblivious
     from exporter._flags import onnx_export_flag
@@ -715,8 +731,9 @@ def _decompose_graph(
             decomposition = _traced(target, custom[target][0])
         elif target in table:
             decomposition = table[target]
-        else:
-            continue  # no decomposition: translation names it
+        else:  # no decomposition here: the re-trace's own table (CompositeImplicitAutograd
+            # kernels, functionalization of in-place ops, tensor subclasses) may still have one
+            raise _NotLocal(f"{node.name}: no decomposition in the table")
         budget[0] -= 1
         try:
             with fake_mode if fake_mode is not None else contextlib.nullcontext():

@@ -132,3 +132,32 @@ def test_an_op_with_several_outputs_is_replaced_output_by_output(retraces):
         second_args=(torch.randn(6, 5),),
     )
     assert retraces == []
+
+
+class _TensorSolve(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.linalg.tensorsolve(a, b)
+
+
+def test_a_decompositions_unread_outputs_and_checks_are_dropped(retraces):
+    """tensorsolve decomposes to _linalg_solve_ex, whose info output only feeds
+    _linalg_check_errors (a check ONNX has no equivalent of): both go, so the solve exports."""
+    a = torch.randn(2, 3, 6) + 4 * torch.eye(6).reshape(2, 3, 6)
+    program = check_op(_TensorSolve(), (a, torch.randn(2, 3)))
+    assert retraces == []
+    targets = _targets(program.exported_program)
+    assert torch.ops.aten._linalg_solve_ex.default in targets
+    assert torch.ops.aten._linalg_check_errors.default not in targets
+
+
+class _CartesianProduct(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.cartesian_prod(x, y)
+
+
+def test_an_op_the_table_cannot_decompose_falls_back_to_the_re_trace(retraces):
+    """cartesian_prod has no entry in the exporter's table (run_decompositions decomposes it as
+    a CompositeImplicitAutograd op): the whole program is re-traced rather than left
+    untranslated."""
+    check_op(_CartesianProduct(), (torch.randn(3), torch.randn(4)))
+    assert len(retraces) == 1
