@@ -156,10 +156,84 @@ def join(store: Path, out_dir: Path | None = None) -> Path:
 
 def install(wheel: Path) -> None:
     """Leave onnxruntime-gpu alone in this interpreter (both wheels own the same files; see
-    .ci/install-onnxruntime-gpu), without any index: the image has the CUDA libraries."""
+    .ci/install-onnxruntime-gpu), without any index: the image has the CUDA libraries.
+    ``wheel`` may also be a payload written by ``pack`` (a .tar): see install_payload."""
+    if wheel.suffix == ".tar":
+        install_payload(wheel)
+        return
     pip = [sys.executable, "-m", "pip"]
     subprocess.run([*pip, "uninstall", "-y", "onnxruntime", "onnxruntime-gpu"], check=False)
     subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)], check=True)
+
+
+#: The CUDA provider library is most of the wheel (284 MB unpacked, about 210 MB deflated);
+#: zstd at level 19 with a 128 MiB window brings it to about 177 MiB, one piece fewer.
+CUDA_LIB = "onnxruntime/capi/libonnxruntime_providers_cuda.so"
+ZSTD_WINDOW_LOG = 27
+
+
+def pack(wheel: Path, out: Path, extra_wheels: list[Path]) -> Path:
+    """Write ``out/payload.tar``: the wheel's ``onnxruntime`` package without the CUDA provider
+    library (xz), that library alone (zstd, long window; needs the zstd program here) and
+    ``extra_wheels`` (small pure wheels the GPU image lacks, and the ``zstandard`` wheel that
+    unpacks the library there)."""
+    import tarfile
+    import zipfile
+
+    if shutil.which("zstd") is None:
+        raise SystemExit("pack: needs the zstd program (apt-get install zstd)")
+    work = Path(tempfile.mkdtemp(prefix="gpu_pack_"))
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(work / "unpacked")
+        lib = work / "unpacked" / CUDA_LIB
+        subprocess.run(
+            ["zstd", "-q", "-19", f"--long={ZSTD_WINDOW_LOG}", "-T0", str(lib),
+             "-o", str(work / "cuda.so.zst")],
+            check=True,
+        )  # fmt: skip
+        lib.unlink()
+        with tarfile.open(work / "onnxruntime.tar.xz", "w:xz") as tar:
+            tar.add(work / "unpacked" / "onnxruntime", arcname="onnxruntime")
+        out.mkdir(parents=True, exist_ok=True)
+        payload = out / "payload.tar"
+        with tarfile.open(payload, "w") as tar:
+            for path in [work / "onnxruntime.tar.xz", work / "cuda.so.zst", *extra_wheels]:
+                tar.add(path, arcname=path.name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return payload
+
+
+def install_payload(payload: Path) -> None:
+    """Install what ``pack`` wrote: the extra wheels (no index, no dependencies), then the
+    onnxruntime package in place of the image's CPU build, its CUDA library unpacked."""
+    import sysconfig
+    import tarfile
+
+    work = payload.parent / "payload"
+    shutil.rmtree(work, ignore_errors=True)
+    with tarfile.open(payload) as tar:
+        tar.extractall(work, filter="data")
+    pip = [sys.executable, "-m", "pip"]
+    wheels = sorted(str(w) for w in work.glob("*.whl"))
+    if wheels:
+        subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", *wheels], check=True)
+    subprocess.run([*pip, "uninstall", "-y", "onnxruntime", "onnxruntime-gpu"], check=False)
+    site = Path(sysconfig.get_paths()["purelib"])
+    shutil.rmtree(site / "onnxruntime", ignore_errors=True)
+    with tarfile.open(work / "onnxruntime.tar.xz") as tar:
+        tar.extractall(site, filter="data")
+    unpack = (
+        "import sys, zstandard\n"
+        f"d = zstandard.ZstdDecompressor(max_window_size=1 << {ZSTD_WINDOW_LOG})\n"
+        "with open(sys.argv[1], 'rb') as src, open(sys.argv[2], 'wb') as dst:\n"
+        "    d.copy_stream(src, dst)\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", unpack, str(work / "cuda.so.zst"), str(site / CUDA_LIB)], check=True
+    )
+    print(f"installed onnxruntime-gpu into {site}")
 
 
 # --------------------------------------------------------------------------- real placement
@@ -354,6 +428,7 @@ def run_slice(command: list[str], budget_s: float) -> dict:
     """Run one harness command for at most ``budget_s``; past it the run gets SIGTERM, which
     it passes to pytest and the case processes, and the rows written so far count."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CONFORMANCE_RECORD_PLACEMENT": "1"}
+    env.setdefault("HF_HUB_OFFLINE", "1")  # the GPU machine reaches no hub: never wait on one
     started = time.perf_counter()
     log = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -491,10 +566,14 @@ def run(args) -> int:
         results = work / "results"
         commands = slice_commands(provider, results, args.dry_run)
         slices = [run_slice(c, args.budget_s / len(commands)) for c in commands]
+        rows = slice_rows(results)
         report = write_report(
             args.out, provider=provider, dry_run=args.dry_run, versions=versions,
-            probes=probes, slices=slices, rows=slice_rows(results),
+            probes=probes, slices=slices, rows=rows,
         )  # fmt: skip
+        if args.rows:
+            args.rows.parent.mkdir(parents=True, exist_ok=True)
+            args.rows.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"report: {report}")
@@ -575,6 +654,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", type=Path)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--piece-mib", type=float, default=PIECE_MIB)
+    p = sub.add_parser("pack", help="the wheel as a smaller payload (see pack)")
+    p.add_argument("wheel", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--extra", type=Path, nargs="*", default=[], help="wheels to carry along")
     p = sub.add_parser("receive", help="keep one carried piece in --store")
     p.add_argument("piece", type=Path)
     p.add_argument("--store", type=Path, default=ROOT / ".whl" / "store")
@@ -585,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="everything but the GPU, on CPU")
     p.add_argument("--out", type=Path, default=REPORT_DIR)
     p.add_argument("--budget-s", type=float, default=420.0, help="time for the harness slice")
+    p.add_argument("--rows", type=Path, help="also keep the slice's result rows (JSON lines) here")
     p = sub.add_parser("predict-zoo", help="write reports/cuda/predicted.md")
     p.add_argument("--out", type=Path, default=REPORT_DIR / "predicted.md")
     p.add_argument("--models", nargs="*")
@@ -596,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{len(pieces)} pieces in {args.out} (carry each with its own command; the manifest with the first)"
         )
+    elif args.command == "pack":
+        print(f"wrote {pack(args.wheel, args.out, args.extra)}")
     elif args.command == "receive":
         print(f"stored {receive(args.piece, args.store)}")
     elif args.command == "join":

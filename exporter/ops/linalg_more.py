@@ -55,7 +55,9 @@ def _register_geqrf_meta() -> torch.library.Library | None:
 
 
 # ------------------------------------------------------------------------------------ polar
-@translates(aten.linalg_polar.default)
+# Named by string: torch 2.11 has no aten.linalg_polar (nor linalg_matrix_sqrth), and a
+# string target is matched at lookup, so the op library still imports there.
+@translates("aten::linalg_polar.default")
 def linalg_polar(ctx, A):
     """A = U H with U = W V^T and H = V diag(S) V^T from the thin SVD A = W diag(S) V^T."""
     # A wide A (m < n) never gets here: torch's own shape check refuses it during capture.
@@ -70,7 +72,7 @@ def linalg_polar(ctx, A):
 
 
 # ------------------------------------------------------------------------------ matrix_sqrth
-@translates(aten.linalg_matrix_sqrth.default)
+@translates("aten::linalg_matrix_sqrth.default")
 def linalg_matrix_sqrth(ctx, self):
     """V diag(sqrt(max(w, 0))) V^T from eigh of the lower triangle, as torch computes it
     (a slightly negative eigenvalue from rounding gives 0, not NaN)."""

@@ -69,6 +69,40 @@ def test_pieces_split_receive_join_and_verify(tmp_path):
         gpu_check.join(store)
 
 
+@pytest.mark.skipif(
+    __import__("shutil").which("zstd") is None, reason="pack needs the zstd program (apt zstd)"
+)
+def test_pack_keeps_the_package_and_recompresses_the_cuda_library(tmp_path):
+    import subprocess
+    import tarfile
+    import zipfile
+
+    gpu_check = _gpu_check()
+    library = bytes(range(256)) * 3000
+    wheel = tmp_path / "onnxruntime_gpu-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(gpu_check.CUDA_LIB, library)
+        zf.writestr("onnxruntime/__init__.py", "VERSION = 0\n")
+        zf.writestr("onnxruntime-0.dist-info/METADATA", "Name: onnxruntime-gpu\n")
+    extra = tmp_path / "extra-0-py3-none-any.whl"
+    extra.write_bytes(b"wheel")
+    payload = gpu_check.pack(wheel, tmp_path / "out", [extra])
+    with tarfile.open(payload) as tar:
+        assert sorted(tar.getnames()) == sorted([extra.name, "cuda.so.zst", "onnxruntime.tar.xz"])
+        tar.extractall(tmp_path / "payload", filter="data")
+    with tarfile.open(tmp_path / "payload" / "onnxruntime.tar.xz") as tar:
+        names = tar.getnames()
+    # The package travels without its CUDA library, which travels alone and comes back whole.
+    assert "onnxruntime/__init__.py" in names and gpu_check.CUDA_LIB not in names
+    unpacked = tmp_path / "cuda.so"
+    subprocess.run(
+        ["zstd", "-q", "-d", f"--long={gpu_check.ZSTD_WINDOW_LOG}",
+         str(tmp_path / "payload" / "cuda.so.zst"), "-o", str(unpacked)],
+        check=True,
+    )  # fmt: skip
+    assert unpacked.read_bytes() == library
+
+
 def test_slice_covers_every_op_family_opsets_and_dtypes(tmp_path):
     from conformance.families import op_family
 
