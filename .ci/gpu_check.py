@@ -173,7 +173,7 @@ ZSTD_WINDOW_LOG = 27
 
 
 def pack(wheel: Path, out: Path, extra_wheels: list[Path]) -> Path:
-    """Write ``out/payload.tar``: the wheel's ``onnxruntime`` package without the CUDA provider
+    """Write ``out/payload.tar``: the wheel's ``onnxruntime`` package (and dist-info) without the CUDA provider
     library (xz), that library alone (zstd, long window; needs the zstd program here) and
     ``extra_wheels`` (small pure wheels the GPU image lacks, and the ``zstandard`` wheel that
     unpacks the library there)."""
@@ -194,7 +194,9 @@ def pack(wheel: Path, out: Path, extra_wheels: list[Path]) -> Path:
         )  # fmt: skip
         lib.unlink()
         with tarfile.open(work / "onnxruntime.tar.xz", "w:xz") as tar:
-            tar.add(work / "unpacked" / "onnxruntime", arcname="onnxruntime")
+            # The dist-info too: the harness's rows read onnxruntime's version from it.
+            for folder in sorted((work / "unpacked").iterdir()):
+                tar.add(folder, arcname=folder.name)
         out.mkdir(parents=True, exist_ok=True)
         payload = out / "payload.tar"
         with tarfile.open(payload, "w") as tar:
@@ -221,7 +223,8 @@ def install_payload(payload: Path) -> None:
         subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", *wheels], check=True)
     subprocess.run([*pip, "uninstall", "-y", "onnxruntime", "onnxruntime-gpu"], check=False)
     site = Path(sysconfig.get_paths()["purelib"])
-    shutil.rmtree(site / "onnxruntime", ignore_errors=True)
+    for old in [site / "onnxruntime", *site.glob("onnxruntime*.dist-info")]:
+        shutil.rmtree(old, ignore_errors=True)
     with tarfile.open(work / "onnxruntime.tar.xz") as tar:
         tar.extractall(site, filter="data")
     unpack = (

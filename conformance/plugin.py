@@ -26,6 +26,7 @@ family, dtype, shapes, opset, provider, exporter, optimize, error).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -342,9 +343,12 @@ def worker_id() -> str:
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for dist in ("torch", "onnx", "onnxruntime", "onnxscript", "onnx-ir", "numpy"):
-        try:
-            found[dist.replace("-", "_")] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
+        # onnxruntime-gpu installs the same import package under another distribution name.
+        for name in (dist, "onnxruntime-gpu") if dist == "onnxruntime" else (dist,):
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                found[dist.replace("-", "_")] = importlib.metadata.version(name)
+                break
+        else:
             found[dist.replace("-", "_")] = "missing"
     return found
 
