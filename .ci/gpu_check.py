@@ -3,18 +3,19 @@
 
 The GPU machine has torch (CUDA 13, cuBLAS, cuDNN), onnx and a CPU-only onnxruntime, reaches no
 package index, and one command there receives at most 64 MiB of files. So onnxruntime-gpu
-1.31.1 (244 MiB) travels in pieces of at most 56 MiB (5 pieces), one per command, and is reassembled and
-installed there. Step by step (conformance/README.md, "The CUDA check"):
+1.31.1 (244 MiB; 199 MiB once ``pack`` recompresses its CUDA library) travels in pieces of at
+most 56 MiB (4 pieces), one per command, and is reassembled and installed there. Step by step (conformance/README.md, "The CUDA check"):
 
-    # here, once (the wheel is never committed; .whl/ is ignored by git):
+    # here, once (the wheels are never committed; .whl/ is ignored by git):
     pip download --no-deps onnxruntime-gpu==1.31.1 --only-binary=:all: \
-        --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl
-    python .ci/gpu_check.py split .whl/onnxruntime_gpu-1.31.1-*.whl --out .whl/pieces
+        --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl   # + the extra wheels
+    python .ci/gpu_check.py pack .whl/onnxruntime_gpu-1.31.1-*.whl --out .whl/packed --extra ...
+    python .ci/gpu_check.py split .whl/packed/payload.tar --out .whl/pieces
     # on the GPU machine, one command per piece (carry=[".whl/pieces/<piece>"], plus the
     # manifest with the first), each stores its piece in .whl/store (kept while the machine
     # stays up):
     python .ci/gpu_check.py receive .whl/pieces/<piece> --store .whl/store
-    # then one command: join + verify sha256 + install, then the check itself (<= 8 minutes):
+    # then, with the last piece: join + verify sha256 + install, then the check itself:
     python .ci/gpu_check.py join .whl/store --install && python .ci/gpu_check.py run
 
 ``run`` (a) checks that onnxruntime really runs on CUDAExecutionProvider, (b) runs the CUDA
