@@ -21,6 +21,9 @@
   back to torchao's int8/uint8 storage), another range narrower than the dtype is a Clip
   after it. torch quantizes ``round(x * (1/scale))``, ONNX ``round(x / scale)``: a value on a
   tie between two codes can land one code apart (as for PT2E, ``exporter/ops/quantized.py``).
+  A symmetric scale puts each row's largest magnitude on such a tie (``max|x| / scale`` is
+  ``(qmax - qmin) / 2``, 127.5): where that element is negative, about one row in ten of
+  random data has it one code apart (-127 against -128), the rest of the row equal.
   A float16/bfloat16 scale (torch rounds ``1/scale`` there), a float zero point (added before
   the Clip and truncated by torch's cast) or a block layout ONNX lacks takes torch's formula.
 - ``aten._int_mm`` (``Int8DynamicActivationInt8WeightConfig``'s integer matmul) becomes
@@ -41,7 +44,7 @@ from exporter import _dtypes
 from exporter.ops import _reduce as R
 from exporter.ops import _shape as S
 from exporter.ops._registry import translates
-from exporter.ops.quantized import _bounds, _constant, _typed
+from exporter.ops.quantized import _bounds, _constant, _int_tensor, _typed
 
 #: int4 ranges torchao stores in int8/uint8 tensors -> the ONNX type that holds them.
 _NARROW = {(-8, 7): ir.DataType.INT4, (0, 15): ir.DataType.UINT4}
@@ -92,15 +95,6 @@ def _layout(block_size, shape):
         if shape[axis] % block_size[axis] == 0:
             return "block", axis
     return None
-
-
-def _int_tensor(ctx, array: np.ndarray, dtype: ir.DataType) -> ir.Value:
-    """A constant of ``dtype`` (int4/uint4 too) holding the integers of ``array``, of its shape
-    (a 0-d per-tensor zero point stays 0-d like its scale: ``np.ascontiguousarray`` made it
-    ``[1]``)."""
-    value = ctx.op.Constant(value=ir.tensor(np.asarray(array, order="C"), dtype=dtype))
-    value.dtype = dtype
-    return value
 
 
 @translates("torchao::dequantize_affine.default")
