@@ -311,3 +311,33 @@ def test_dynamic_rows_export_with_a_dynamic_batch_and_sequence():
     # rows whose extreme activation sits on the symmetric tie may be one code apart (above)
     np.testing.assert_allclose(got, want, rtol=0, atol=0.01 * np.abs(want).max())
     assert _structure_mismatches(model, (x,), program) == []
+
+
+class ThreeProjections(torch.nn.Module):
+    """Attention's q, k and v of one input: torchao quantizes that input once per projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(64, 64) for _ in range(3))
+
+    def forward(self, x):
+        return self.q(x) + self.k(x) * self.v(x)
+
+
+def test_quantizing_one_input_alike_for_three_projections_counts_once_on_both_sides():
+    from exporter.diagnostics import quantized_structure as qs
+
+    torch.manual_seed(0)
+    model = ThreeProjections().eval()
+    quantization.quantize_(model, quantization.Int8DynamicActivationInt8WeightConfig())
+    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(1))
+    program = exporter.export(model, (x,), opset_version=20)
+    captured = torch.export.export(model, (x,), strict=False)
+    (wanted,) = qs.program_quantization(captured)  # three quantize_affine, one computation
+    assert (wanted.kind, wanted.dtype, wanted.zero_points, wanted.granularity) == (
+        "quantize",
+        "int8",
+        (0,),
+        "rows",
+    )
+    assert qs.graph_quantization(program.model_proto) == [wanted]
