@@ -110,7 +110,7 @@ def dequantize_affine(
     output_dtype=torch.float32,
 ):
     shape = ctx.static_shape(input)
-    lo, hi = (quant_min, quant_max) if quant_min is not None else _bounds(input_dtype)
+    lo, hi = _range(input_dtype, quant_min, quant_max)
     layout = None if shape is None else _layout(list(block_size), list(shape))
     zp_float = zero_point is not None and not _is_int(ctx, zero_point)
     exact = (
