@@ -378,8 +378,9 @@ def _register_bert_int8_dynamic() -> None:
         make_inputs,
         (
             "BertModel (2 layers, hidden 32) after torchao quantize_ with "
-            "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations, "
-            "int8 weights, aten._int_mm as MatMulInteger."
+            "Int8DynamicActivationInt8WeightConfig: per-row symmetric int8 activations "
+            "(QuantizeLinear per axis 0 of [rows, hidden]), int8 weights, aten._int_mm as "
+            "MatMulInteger."
         ),
         **_text_axes(),
     )

@@ -92,10 +92,30 @@ def _zero_points(value, constant) -> tuple[int, ...] | None:
         return (0,)
     if isinstance(value, (int, float)):
         return (int(value),)
+    symmetric = _symmetric_zero_point(value)
+    if symmetric is not None:
+        return symmetric
     tensor = constant(value) if hasattr(value, "op") else value
     if tensor is None:
         return None
     return tuple(int(v) for v in np.unique(tensor.detach().cpu().numpy()))
+
+
+def _symmetric_zero_point(value) -> tuple[int] | None:
+    """The zero point torchao's ``choose_qparams_affine`` gives a symmetric mapping: every
+    element ``int((qmin + qmax + 1) / 2)`` (``full_like``), known without running it."""
+    import operator
+
+    if not hasattr(value, "op") or value.target is not operator.getitem or value.args[1] != 1:
+        return None
+    source = value.args[0]
+    if not hasattr(source, "op") or _target_name(source) != "choose_qparams_affine":
+        return None
+    args = list(source.args) + [None] * 3
+    mapping = str(getattr(args[1], "name", args[1]))
+    if not mapping.startswith("SYMMETRIC") or args[4] is None or args[5] is None:
+        return None
+    return (int((args[5] + args[4] + 1) / 2),)
 
 
 def _affine_granularity(block_size, shape) -> str:
@@ -121,11 +141,26 @@ def program_quantization(program: Any) -> list[QuantizationNode]:
     distinct: dict[tuple, Any] = {}
     same_as: dict[Any, Any] = {}  # a node -> the first node computing the same
     for node in graph.nodes:
-        if _is_qdq(node):
+        if _is_qdq(node) or _is_qparams(node, same_as):
             args = [same_as.get(a, a) if hasattr(a, "op") else a for a in node.args]
-            key = (_target_name(node), *map(str, args), str(sorted(node.kwargs.items())))
+            key = (str(node.target), *map(str, args), str(sorted(node.kwargs.items())))
             same_as[node] = distinct.setdefault(key, node)
-    return [_read_node(node, constant) for node in distinct.values()]
+    return [_read_node(node, constant) for node in distinct.values() if _is_qdq(node)]
+
+
+def _is_qparams(node, same_as) -> bool:
+    """A dynamic quantization's qparams (``choose_qparams*``, and the items taken from it):
+    two computed from the same input alike are one, so the quantizes reading them are too
+    (torchao quantizes the input of q, k and v projections once each)."""
+    import operator
+
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return node.args[0] in same_as
+    return _namespace(node) in ("quantized_decomposed", "torchao") and _target_name(
+        node
+    ).startswith("choose_qparams")
 
 
 def _read_node(node, constant) -> QuantizationNode:
@@ -239,6 +274,7 @@ class _GraphFacts:
             info.name: info.type.tensor_type
             for info in (*graph.input, *graph.value_info, *graph.output)
         }
+        self.producers = {output: node for node in graph.node for output in node.output}
 
     def tensor(self, name: str):
         proto = self.initializers.get(name) or self.constants.get(name)
@@ -251,6 +287,28 @@ class _GraphFacts:
             return self.constants[name].data_type
         info = self.types.get(name)
         return info.elem_type if info is not None and info.elem_type else None
+
+    def uniform(self, name: str) -> tuple[int] | None:
+        """The one number a computed tensor holds where the graph states it: a ConstantOfShape
+        (seen through Cast/Reshape/Identity)."""
+        node = self.producers.get(name)
+        while node is not None and node.op_type in ("Cast", "Reshape", "Identity"):
+            node = self.producers.get(node.input[0])
+        if node is None or node.op_type != "ConstantOfShape":
+            return None
+        for attr in node.attribute:
+            if attr.name == "value":
+                return (int(numpy_helper.to_array(attr.t).reshape(-1)[0]),)
+        return (0,)
+
+    def flattened_rows(self, name: str) -> bool:
+        """Whether ``name`` is a rank-2 Reshape/Flatten of a tensor of rank 3 or more: the
+        leading axes flattened into rows (one scale per row: torchao's per-token block)."""
+        node = self.producers.get(name)
+        if node is None or node.op_type not in ("Reshape", "Flatten") or self.rank(name) != 2:
+            return False
+        source = self.rank(node.input[0])
+        return source is not None and source >= 3
 
     def rank(self, name: str) -> int | None:
         if name in self.initializers:
@@ -295,16 +353,22 @@ def _qdq_node(node: onnx.NodeProto, kind: str, facts: _GraphFacts) -> Quantizati
         dtype = attrs.get("output_dtype") or onnx.TensorProto.UINT8
     if zero_name:
         values = facts.tensor(zero_name)
-        zero_points = None if values is None else tuple(int(v) for v in np.unique(values))
+        zero_points = facts.uniform(zero_name)
+        if values is not None:
+            zero_points = tuple(int(v) for v in np.unique(values))
     else:
         zero_points = (0,)
     scale = facts.tensor(node.input[1])
+    # a scale computed at run time (dynamic quantization) is per axis when it has one
+    scale_rank = facts.rank(node.input[1]) if scale is None else scale.ndim
     if attrs.get("block_size"):
         granularity = f"block {attrs['block_size']}"
-    elif scale is not None and scale.size > 1:
+    elif (scale is not None and scale.size > 1) or (scale is None and scale_rank):
         axis = attrs.get("axis", 1)
         data_rank = facts.rank(node.input[0])
         granularity = f"axis {axis % data_rank if data_rank else axis}"
+        if granularity == "axis 0" and facts.flattened_rows(node.input[0]):
+            granularity = "rows"
     else:
         granularity = "tensor"
     return QuantizationNode(

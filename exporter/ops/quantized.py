@@ -11,7 +11,10 @@ Where ONNX and torch agree, a Q/DQ node is emitted:
 - torch quantizes ``round(x * (1/scale)) + zero_point``, ONNX ``round(x / scale) +
   zero_point`` (both round half to even): a value on a tie between two codes can land one
   code apart (``exporter.diagnostics.compare.compare_codes`` is the rule that allows it);
-- a ``quant_min``/``quant_max`` narrower than the dtype is a Clip after QuantizeLinear;
+- a ``quant_min``/``quant_max`` narrower than the dtype is a Clip after QuantizeLinear; int4's
+  range in int8/uint8 storage (-8..7, 0..15) is QuantizeLinear to INT4/UINT4 from opset 21,
+  cast back to the storage, and the DequantizeLinear of it (or of a constant weight in that
+  range, stored as an int4 initializer) reads int4;
 - an int32 tensor with zero points 0 (a bias) is a DequantizeLinear without zero point, so a
   constant bias stays an int32 initializer (onnxruntime's QDQ fusion wants it so);
 - scales are float32 (torch computes there), zero points are cast to the quantized dtype.
@@ -135,10 +138,58 @@ def _binary(ctx, op_type, x, y):
 
 
 # ---------------------------------------------------------------- QDQ emitters
-def _quantize_linear(ctx, x, scale, zero_point, quant_min, quant_max, dtype, axis=None):
+#: int4 as PT2E stores it (int8/uint8 with the range -8..7 / 0..15) -> ONNX's type (opset 21).
+_INT4_RANGES = {
+    (torch.int8, -8, 7): ir.DataType.INT4,
+    (torch.uint8, 0, 15): ir.DataType.UINT4,
+}
+
+
+def _int_tensor(ctx, array, dtype: ir.DataType) -> ir.Value:
+    """A constant of ``dtype`` (int4/uint4 too) holding the integers of ``array``, of its shape
+    (a 0-d per-tensor zero point stays 0-d like its scale: ``np.ascontiguousarray`` made it
+    ``[1]``)."""
+    value = ctx.op.Constant(value=ir.tensor(np.asarray(array, order="C"), dtype=dtype))
+    value.dtype = dtype
+    return value
+
+
+def _int4_type(ctx, dtype, quant_min, quant_max) -> ir.DataType | None:
+    """INT4/UINT4 where the range is int4's in int8/uint8 storage and the opset has the type."""
+    lo, hi = _constant(quant_min), _constant(quant_max)
+    if lo is None or hi is None or not ctx.has("Cast-int4"):
+        return None
+    return _INT4_RANGES.get((dtype, int(lo), int(hi)))
+
+
+def _int4_zero_point(ctx, raw, value, narrow: ir.DataType, shape) -> ir.Value | None:
+    """A zero point as ``narrow``: a constant checked to fit (None where it does not), one
+    given at run time cast (torch's own ops keep it in the range, as ``_fits`` has it)."""
+    array = _constant(raw)
+    if array is None:
+        return ctx.op.Cast(value, to=narrow)
+    lo, hi = (-8, 7) if narrow == ir.DataType.INT4 else (0, 15)
+    if not np.all((array >= lo) & (array <= hi)):
+        return None
+    storage = np.int8 if narrow == ir.DataType.INT4 else np.uint8
+    return _int_tensor(ctx, np.asarray(array, storage).reshape(shape), narrow)
+
+
+def _quantize_linear(
+    ctx, x, scale, zero_point, quant_min, quant_max, dtype, axis=None, raw_zero_point=None
+):
     """QuantizeLinear of ``x`` (in float32, as torch computes), then a Clip to ``quant_min``/
-    ``quant_max`` where those are narrower than ``dtype`` (or given at run time)."""
+    ``quant_max`` where those are narrower than ``dtype`` (or given at run time). int4's range
+    in int8/uint8 storage quantizes to INT4/UINT4 from opset 21 (cast back to the storage)."""
     attrs = {} if axis is None else {"axis": axis}
+    narrow = _int4_type(ctx, dtype, quant_min, quant_max)
+    if narrow is not None:
+        shape = [] if axis is None else [-1]
+        zp4 = _int4_zero_point(ctx, raw_zero_point, zero_point, narrow, shape)
+        if zp4 is not None:
+            q = ctx.op.QuantizeLinear(ctx.cast(x, torch.float32), scale, zp4, **attrs)
+            q.dtype = narrow
+            return _typed(ctx.op.Cast(q, to=_dtypes.to_ir(dtype)), dtype)
     q = _typed(ctx.op.QuantizeLinear(ctx.cast(x, torch.float32), scale, zero_point, **attrs), dtype)
     lo, hi = _bounds(dtype)
     qmin, qmax = _constant(quant_min), _constant(quant_max)
@@ -149,11 +200,39 @@ def _quantize_linear(ctx, x, scale, zero_point, quant_min, quant_max, dtype, axi
     return _typed(ctx.op.Clip(q, low, high), dtype)
 
 
-def _dequantize_linear(ctx, q, scale, zero_point, out_dtype, axis=None):
+def _dequantize_linear(ctx, q, scale, zero_point, out_dtype, axis=None, int4=None):
+    """DequantizeLinear; ``int4``: (dtype, quant_min, quant_max, the zero point as given), for
+    int4's range: from opset 21 an INT4/UINT4 input (the int4 QuantizeLinear's output before
+    its Cast back, or a constant weight stored so) with its zero point of that type."""
     attrs = {} if axis is None else {"axis": axis}
+    if int4 is not None and (narrow := _int4_type(ctx, *int4[:3])) is not None:
+        q, zero_point = _int4_input(ctx, q, zero_point, narrow, int4[3], axis)
     inputs = (q, scale) if zero_point is None else (q, scale, zero_point)
     scale_dtype = ctx.dtype(scale)
     return ctx.cast(_typed(ctx.op.DequantizeLinear(*inputs, **attrs), scale_dtype), out_dtype)
+
+
+def _int4_input(ctx, q, zero_point, narrow, raw_zero_point, axis):
+    """``q`` and its zero point as ``narrow`` where that computes the same, else as given."""
+    producer = q.producer()
+    if producer is not None and producer.op_type == "Cast" and producer.inputs[0].dtype == narrow:
+        source = producer.inputs[0]  # the int4 QuantizeLinear's output: exact widening
+    else:
+        array = _constant(q)
+        lo, hi = (-8, 7) if narrow == ir.DataType.INT4 else (0, 15)
+        if array is None or not np.all((array >= lo) & (array <= hi)):
+            return q, zero_point
+        source = None
+    zp4 = None
+    if zero_point is not None:
+        shape = [] if axis is None else [-1]
+        zp4 = _int4_zero_point(ctx, raw_zero_point, zero_point, narrow, shape)
+        if zp4 is None:
+            return q, zero_point
+    if source is None:  # a constant weight in int4's range: stored as int4
+        storage = np.int8 if narrow == ir.DataType.INT4 else np.uint8
+        source = _int_tensor(ctx, np.asarray(_constant(q), storage), narrow)
+    return source, zp4
 
 
 # --------------------------------------------------------- torch's formulas, exactly
@@ -196,6 +275,7 @@ def quantize_per_tensor(ctx, input, scale, zero_point, quant_min, quant_max, dty
             quant_min,
             quant_max,
             dtype,
+            raw_zero_point=zero_point,
         )
     inv = _inverse(ctx, scale if not isinstance(scale, ir.Value) else ctx.op.Reshape(scale, []))
     zp = _per_tensor_param(ctx, zero_point, torch.float32)
@@ -217,6 +297,7 @@ def quantize_per_channel(ctx, input, scales, zero_points, axis, quant_min, quant
             quant_max,
             dtype,
             axis=axis,
+            raw_zero_point=zero_points,
         )
     # torch: round(x * (1.0 / scales)) in the scales' dtype (float64 ones widen x), then + zp
     wide = torch.float64 if ctx.dtype(scales) == torch.float64 else torch.float32
@@ -250,6 +331,7 @@ def dequantize_per_tensor(
             _per_tensor_param(ctx, scale, out_dtype),
             None if bias else _per_tensor_param(ctx, zero_point, dtype),
             ctx.out_dtype,
+            int4=(dtype, quant_min, quant_max, zero_point),
         )
     converted = ctx.cast(input, out_dtype)
     scale = ctx.op.Reshape(scale, []) if isinstance(scale, ir.Value) else scale
@@ -285,6 +367,7 @@ def dequantize_per_channel(
             zp,
             ctx.out_dtype,
             axis=axis,
+            int4=(dtype, quant_min, quant_max, zero_points),
         )
     shifted = input
     if zero_points is not None:
@@ -543,8 +626,11 @@ def _fake_quantize(ctx, x, scale, zero_point, quant_min, quant_max, axis=None):
     zp32 = param(ctx, zero_point, torch.float32)
     if dtype is not None and integer_zp:
         zp = param(ctx, zero_point, dtype)
-        q = _quantize_linear(ctx, x, scale32, zp, quant_min, quant_max, dtype, axis=axis)
-        out = _dequantize_linear(ctx, q, scale32, zp, ctx.dtype(x), axis=axis)
+        q = _quantize_linear(
+            ctx, x, scale32, zp, quant_min, quant_max, dtype, axis=axis, raw_zero_point=zero_point
+        )
+        int4 = (dtype, quant_min, quant_max, zero_point)
+        out = _dequantize_linear(ctx, q, scale32, zp, ctx.dtype(x), axis=axis, int4=int4)
         return out, lambda: _torch_codes(ctx, x, shape_like(inv), shape_like(zp32))
     if integer_zp:
         codes = _torch_codes(ctx, x, shape_like(inv), shape_like(zp32))

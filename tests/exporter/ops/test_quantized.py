@@ -120,12 +120,53 @@ def test_int16_takes_quantizelinear_from_opset_21_and_torchs_formula_before():
     assert counts20["QuantizeLinear"] == 0
 
 
+@pytest.mark.parametrize(
+    ("dtype", "low", "high", "zero_point", "onnx_type"),
+    [(torch.int8, -8, 7, 1, "INT4"), (torch.uint8, 0, 15, 8, "UINT4")],
+)
+@pytest.mark.parametrize("opset", [20, 21])
+def test_int4_range_quantizes_to_int4_from_opset_21_and_dequantizes_from_it(
+    dtype, low, high, zero_point, onnx_type, opset
+):
+    # PT2E's int4: int8/uint8 storage with int4's range. From opset 21 QuantizeLinear gives
+    # INT4/UINT4 (cast back to the storage torch holds) and DequantizeLinear reads that int4
+    # value; before it, int8/uint8 with a Clip to the range
+    def fn(x):
+        q = qd.quantize_per_tensor(x, 0.25, zero_point, low, high, dtype)
+        return q, qd.dequantize_per_tensor(q, 0.25, zero_point, low, high, dtype)
+
+    x = r(4, 64) * 2
+    program, counts = _export(fn, (x,), opset)
+    (quantize,) = [n for n in program.model.graph if n.op_type == "QuantizeLinear"]
+    (dequantize,) = [n for n in program.model.graph if n.op_type == "DequantizeLinear"]
+    if opset >= 21:
+        assert quantize.outputs[0].dtype.name == onnx_type and counts["Clip"] == 0
+        assert dequantize.inputs[0].dtype.name == onnx_type
+        assert dequantize.inputs[2].dtype.name == onnx_type
+    else:
+        assert quantize.outputs[0].dtype.name == dtype.__repr__()[6:].upper()
+        assert counts["Clip"] == 1
+    want_q, want = fn(x)
+    got_q, got = run_onnx(program, (x,))
+    result = compare_codes(want_q.numpy(), got_q)
+    assert result.ok, result.message
+    assert compare_in_steps(want.numpy(), got, step=0.25, steps=1.0).ok
+
+
 # --------------------------------------------------------------- dequantize
-def test_pt2e_style_dequantize_is_dequantizelinear_with_integer_weights():
+@pytest.mark.parametrize(
+    ("low", "high", "opset", "stored"),
+    [
+        (-128, 127, None, "INT8"),
+        # int4's range in int8 storage: an int4 initializer from opset 21
+        (-8, 7, 21, "INT4"),
+    ],
+)
+def test_pt2e_style_dequantize_is_dequantizelinear_with_integer_weights(low, high, opset, stored):
     # PT2E: an int8 weight per channel with float32 scales and int64 zero points
-    weight = r(6, 5, dtype=torch.int8, low=-128, high=127)
+    weight = r(6, 5, dtype=torch.int8, low=low, high=high)
     scales = torch.linspace(0.01, 0.06, 6)
-    zps = torch.zeros(6, dtype=torch.int64)
+    zps = torch.tensor([0, 1, -1, 2, 0, 7]) if opset else torch.zeros(6, dtype=torch.int64)
 
     class M(torch.nn.Module):
         def __init__(self):
@@ -135,15 +176,16 @@ def test_pt2e_style_dequantize_is_dequantizelinear_with_integer_weights():
         def forward(self, x):
             # (not fed to a MatMul here: onnxruntime turns DQ(int8) -> MatMul into MatMulNBits
             # with accuracy_level 4, which quantizes x too, about 1% off; see ort_fusion)
-            return x + qd.dequantize_per_channel(self.w, scales, zps, 0, -128, 127, torch.int8)
+            return x + qd.dequantize_per_channel(self.w, scales, zps, 0, low, high, torch.int8)
 
     x = r(6, 5)
-    program = exporter.export(M().eval(), (x,))
+    program = exporter.export(M().eval(), (x,), opset_version=opset)
     nodes = list(program.model.graph)
     dq = [n for n in nodes if n.op_type == "DequantizeLinear"]
     assert len(dq) == 1 and dq[0].attributes["axis"].as_int() == 0
     assert dq[0].inputs[0].const_value is not None
-    assert dq[0].inputs[0].dtype.name == "INT8"
+    assert dq[0].inputs[0].dtype.name == stored
+    assert len(dq[0].inputs) < 3 or dq[0].inputs[2].dtype.name == stored
     np.testing.assert_allclose(run_onnx(program, (x,))[0], M()(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
