@@ -13,6 +13,7 @@ so ``s003`` names the same sample whatever ``--samples`` says.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import fnmatch
@@ -164,7 +165,7 @@ class OpCase:
         }
 
     def prepare(self, outcome) -> Prepared:
-        return _prepare(self, outcome)
+        return _prepare_shared(self, outcome)
 
 
 def parse_case_id(case_id: str) -> OpCase:
@@ -610,6 +611,9 @@ class OpPrepared(Prepared):
     reference_rule: Any = None
     #: Quantized codes: the fraction of elements that may be one code apart (``[codes]``).
     code_tie_fraction: float | None = None
+    #: A random op's further eager draws, ``(first shape?, k) -> outputs``: the same for every
+    #: opset of the case (``_prepare_shared`` hands the cases one dict).
+    eager_draws: dict = dataclasses.field(default_factory=dict)
 
     def export(self, path: Path):
         from conformance.modules import clone_tensors
@@ -645,6 +649,7 @@ class OpPrepared(Prepared):
                 session,
                 self.case.seed,
                 self.tolerance,
+                self.eager_draws.setdefault(first, {}),
             )
         return compare_outputs(
             expected,
@@ -681,6 +686,91 @@ def _judging(case: OpCase, policy, planted, shape_only: bool, outcome) -> tuple:
     if code_tie_fraction is not None:
         outcome.extra["code_tie_fraction"] = code_tie_fraction
     return tolerance, distribution, shape_only, policy.sign_invariant(case.op), code_tie_fraction
+
+
+#: Prepared cases a case process keeps for the other opsets of the same case, which come next
+#: (``_prepare_shared``); 0 prepares every case afresh.
+SHARED_PREPARED = 2
+
+
+@dataclasses.dataclass
+class _SharedPrepare:
+    """What preparing a case made that does not depend on its opset: the prepared case (or
+    the reason it skipped), what preparing wrote into the row, and torch's random state after
+    it (what the export would have started from)."""
+
+    prepared: OpPrepared | None
+    skip: str | None
+    row: dict[str, Any]
+    rng_state: Any
+
+
+_shared_prepares: collections.OrderedDict[tuple, _SharedPrepare] = collections.OrderedDict()
+
+
+def _prepare_shared(case: OpCase, outcome) -> OpPrepared:
+    """``_prepare`` once for all opsets of a case in this process: the sample's module and
+    inputs, eager's outputs at both shapes, the float16 references and a random op's eager
+    draws are the same at every opset (the opset only changes the id and the export), so
+    the case's other opsets take them from the first and write the same row fields. Only a
+    prepare that finished or skipped is kept; anything else is prepared again."""
+    import copy
+
+    import torch
+
+    if not SHARED_PREPARED:
+        return _prepare(case, outcome)
+    key = (base_id(case.id), case.tolerances_path)
+    shared = _shared_prepares.get(key)
+    if shared is None:
+        blank = dataclasses.asdict(CaseOutcome(**case.row_identity(), status="pass"))
+        skip = prepared = None
+        try:
+            prepared = _prepare(case, outcome)
+        except Skip as exc:
+            skip = exc
+        shared = _SharedPrepare(
+            prepared,
+            None if skip is None else str(skip),
+            _row_changes(blank, dataclasses.asdict(outcome)),
+            torch.get_rng_state(),
+        )
+        _shared_prepares[key] = shared
+        while len(_shared_prepares) > SHARED_PREPARED:
+            _shared_prepares.popitem(last=False)
+        if skip is not None:
+            raise skip
+        return prepared
+    _shared_prepares.move_to_end(key)
+    for field, value in copy.deepcopy(shared.row).items():
+        if field == "extra":
+            outcome.extra.update(value)
+        else:
+            setattr(outcome, field, value)
+    torch.set_rng_state(shared.rng_state)
+    if shared.skip is not None:
+        raise Skip(shared.skip)
+    return dataclasses.replace(
+        shared.prepared,
+        case=case,
+        meta={**shared.prepared.meta, "id": case.id, "rerun": _rerun(case)},
+    )
+
+
+def _row_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The row fields preparing set (``extra``: the keys it added or changed)."""
+    import copy
+
+    changes = {f: v for f, v in after.items() if f != "extra" and v != before[f]}
+    unset = object()
+    extra = {k: v for k, v in after["extra"].items() if before["extra"].get(k, unset) != v}
+    if extra:
+        changes["extra"] = extra
+    return copy.deepcopy(changes)
+
+
+def _rerun(case: OpCase) -> str:
+    return f"python -m conformance repro '{case.id}'"
 
 
 def _prepare(case: OpCase, outcome) -> OpPrepared:
@@ -731,7 +821,7 @@ def _prepare(case: OpCase, outcome) -> OpPrepared:
             "rtol": tolerance.rtol,
             "atol": tolerance.atol,
             "ort_optimization": "disable_all",
-            "rerun": f"python -m conformance repro '{case.id}'",
+            "rerun": _rerun(case),
             # A repro directory has one eager draw: it checks a random op's shapes and dtypes;
             # the harness judges the distribution (compare_distributions).
             "shape_only": shape_only or distribution,
@@ -784,10 +874,14 @@ def _low_rank_product(outputs: list) -> list:
 DISTRIBUTION_VIEWS = {"svd_lowrank": _low_rank_product, "pca_lowrank": _low_rank_product}
 
 
-def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, tolerance):
+def _compare_draws(
+    op, module, inputs, feeds, first_draws, session, seed: int, tolerance, eager_draws: dict
+):
     """A random op's outputs by distribution: eager (seeded ``seed + k``) and the model run
     until each output has about ``DISTRIBUTION_VALUES`` values pooled (``MIN_DRAWS`` to
-    ``MAX_DRAWS`` draws); values within the case's tolerance count as equal."""
+    ``MAX_DRAWS`` draws); values within the case's tolerance count as equal. Eager's draw
+    ``k`` depends on its seed alone: ``eager_draws`` keeps them (``k -> outputs``) for the
+    case's other opsets."""
     import math
 
     import numpy as np
@@ -802,9 +896,11 @@ def _compare_draws(op, module, inputs, feeds, first_draws, session, seed: int, t
     expected_draws = [list(expected)]
     actual_draws = [list(actual)]
     for k in range(1, draws):
-        with _reseeding_disabled():
-            outputs = _eager(module, inputs, seed + k, "a further draw")
-        expected_draws.append([to_numpy(t) for t in outputs])
+        if k not in eager_draws:
+            with _reseeding_disabled():
+                outputs = _eager(module, inputs, seed + k, "a further draw")
+            eager_draws[k] = [to_numpy(t) for t in outputs]
+        expected_draws.append(list(eager_draws[k]))
         actual_draws.append(session.run(feeds))
     view = DISTRIBUTION_VIEWS.get(op)
     if view is not None:

@@ -324,3 +324,76 @@ def test_ours_captures_each_base_once_per_process(monkeypatch):
         assert len(exporters.capture_cache()) == 0
     finally:
         exporters.capture_cache.cache_clear()
+
+
+def _row(outcome) -> dict:
+    """A row without what timing changes (seconds, and the opset the id and fields name)."""
+    row = outcome.to_dict()
+    for field in ("id", "opset", "export_s", "run_s", "session_create_s"):
+        row.pop(field)
+    row["extra"] = {k: v for k, v in row["extra"].items() if k not in ("cpu_s", "model_opset")}
+    return row
+
+
+@pytest.mark.parametrize("fault", ["pass", "wrong"])
+def test_the_opsets_of_a_case_share_one_prepare_and_report_as_if_alone(
+    tmp_path, monkeypatch, fault
+):
+    """The second opset of a case takes the sample, eager's outputs and the row fields that
+    preparing wrote from the first (op_cases._prepare_shared): its row is the row it has when
+    it is prepared alone, and a shape mode that skips skips at every opset."""
+    prepares = []
+    real = op_cases._prepare
+    monkeypatch.setattr(op_cases, "_prepare", lambda *a: prepares.append(a[0].id) or real(*a))
+    monkeypatch.setattr(op_cases, "_shared_prepares", type(op_cases._shared_prepares)())
+    opsets = (20, 23)
+    shared = [
+        run_case(
+            op_cases.OpCase(planted.PREFIX + fault, 0, "f32", "static", o, "cpu", "ours"), tmp_path
+        )
+        for o in opsets
+    ]
+    assert len(prepares) == 1
+    assert [o.id.split("::")[5] for o in shared] == ["opset20", "opset23"]
+    monkeypatch.setattr(op_cases, "SHARED_PREPARED", 0)
+    alone = run_case(
+        op_cases.OpCase(planted.PREFIX + fault, 0, "f32", "static", 23, "cpu", "ours"), tmp_path
+    )
+    assert len(prepares) == 2
+    assert shared[1].id == alone.id and _row(shared[1]) == _row(alone) == _row(shared[0])
+
+
+def test_a_random_ops_eager_draws_are_drawn_once_for_every_opset():
+    """_compare_draws keeps eager's further draws (each follows its own seed) for the case's
+    other opsets: the second comparison draws nothing from eager and judges the same."""
+    import numpy as np
+
+    from exporter.diagnostics.compare import Tolerance
+
+    calls = []
+
+    def noisy(x):
+        calls.append(1)
+        return (x + torch.rand(x.shape),)
+
+    class Session:  # the model's draws: the same noise from a fixed generator
+        def __init__(self):
+            self.random = np.random.default_rng(0)
+
+        def run(self, feeds):
+            return [feeds["x"] + self.random.random(feeds["x"].shape, dtype=np.float32)]
+
+    x, tolerance = torch.zeros(50), Tolerance(1e-5, 1e-5, "test")
+    kept, draws, results = {}, [], []
+    for _ in range(2):
+        calls.clear()
+        torch.manual_seed(0)
+        first = ([noisy(x)[0].numpy()], Session().run({"x": x.numpy()}))
+        results.append(
+            op_cases._compare_draws(
+                "noisy", noisy, (x,), {"x": x.numpy()}, first, Session(), 7, tolerance, kept
+            )
+        )
+        draws.append(len(calls) - 1)
+    assert draws[0] == len(kept) >= op_cases.MIN_DRAWS - 1 and draws[1] == 0
+    assert results[0] == results[1] and results[0].ok
