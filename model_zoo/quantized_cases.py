@@ -9,7 +9,8 @@ becomes com.microsoft GatherBlockQuantized (only the rows gathered are dequantiz
 
 Family ``quantized``. Default tier: resnet18, mobilenet_v2, mobilenet_v3_large and
 efficientnet_b0 with the ``_qadd`` scheme below (the one onnxruntime fuses), the BERT and the
-LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships.
+LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships,
+and mobilenet_v3_large and efficientnet_b0 with ``_qadd_qact`` (below).
 Static and dynamic: PT2E captures the model with a dynamic batch before ``prepare_pt2e`` (the
 converted program then exports at either), the BERT and LLaMA take the text axes (batch,
 sequence). torchao is optional: without it the cases are not registered.
@@ -28,6 +29,19 @@ those convs (8 of resnet18's 20, 10 of mobilenet_v2's 52) run in float with thei
 dequantized on every run, which alone keeps the model slower than float in onnxruntime. The
 ``_qadd`` quantizer quantizes both inputs of each residual add instead (onnxruntime's own
 quantization tool's choice), so every conv fuses into QLinearConv and every add into QLinearAdd.
+
+``*_qadd_qact`` (full tier: mobilenet_v3_large, efficientnet_b0): ``_qadd`` leaves what lies
+between two convs in float: onnxruntime dequantizes each conv's output, runs efficientnet's SiLU
+(Sigmoid, Mul) and the squeeze-excitation's pool, sigmoid and product in float and quantizes
+again; at one thread those islands took more time than the convs (efficientnet_b0: 1.05x
+faster than float). ``_qact`` also quantizes, inputs and output, each sigmoid, product and
+global average pool (SiLU written as ``x * sigmoid(x)`` before ``prepare_pt2e``, its
+definition): onnxruntime then runs them as QLinearSigmoid, QLinearMul and
+QLinearGlobalAveragePool, and efficientnet_b0 runs on uint8 from its first QuantizeLinear to
+its classifier. A user targeting onnxruntime would choose it; it changes the model (more
+rounding points), so it is a case of its own. mobilenet_v3's hardswish stays float (onnxruntime
+has no quantized kernel for HardSwish or HardSigmoid), as do its depthwise convs' cost:
+onnxruntime's uint8 depthwise QLinearConv is slower than its float NCHWc depthwise Conv.
 
 Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
 ``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
