@@ -209,10 +209,25 @@ def test_the_qadd_scheme_leaves_silu_and_excitation_float_between_the_convs():
 
 
 def test_quantized_activations_run_silu_and_excitation_on_uint8():
+    from exporter.diagnostics import quantized_structure as qs
+
     model, x, proto, step = _excitation_exported(activations=True)
     # every silu became x * sigmoid(x) before prepare_pt2e, each quantized
     targets = {node.target for node in model.program.graph.nodes}
     assert torch.ops.aten.silu.default not in targets
+    # the program's QDQ groups: 2 SiLUs + the excitation's sigmoid, 2 SiLU + 1 scale products
+    assert qs.expected_kernels(model.program, 20) == {
+        "QLinearConv": 4,
+        "QLinearSigmoid": 3,
+        "QLinearMul": 3,
+    }
+    # _qadd's program has the excitation's sigmoid and product between Q/DQ already here (and
+    # onnxruntime fuses them: the test above), not the SiLUs
+    assert qs.expected_kernels(_excitation_exported(activations=False)[0].program, 20) == {
+        "QLinearConv": 4,
+        "QLinearSigmoid": 1,
+        "QLinearMul": 1,
+    }
     report = ort_fusion.check_fusion(
         proto,
         {"QLinearConv": 4, "QLinearSigmoid": 3, "QLinearMul": 3, "QLinearGlobalAveragePool": 1},
