@@ -9,7 +9,8 @@ becomes com.microsoft GatherBlockQuantized (only the rows gathered are dequantiz
 
 Family ``quantized``. Default tier: resnet18, mobilenet_v2, mobilenet_v3_large and
 efficientnet_b0 with the ``_qadd`` scheme below (the one onnxruntime fuses), the BERT and the
-LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships.
+LLaMA; full tier adds resnet18 and mobilenet_v2 with X86InductorQuantizer's scheme as it ships,
+and efficientnet_b0 with ``_qadd_qact`` (below).
 Static and dynamic: PT2E captures the model with a dynamic batch before ``prepare_pt2e`` (the
 converted program then exports at either), the BERT and LLaMA take the text axes (batch,
 sequence). torchao is optional: without it the cases are not registered.
@@ -28,6 +29,21 @@ those convs (8 of resnet18's 20, 10 of mobilenet_v2's 52) run in float with thei
 dequantized on every run, which alone keeps the model slower than float in onnxruntime. The
 ``_qadd`` quantizer quantizes both inputs of each residual add instead (onnxruntime's own
 quantization tool's choice), so every conv fuses into QLinearConv and every add into QLinearAdd.
+
+``*_qadd_qact`` (full tier: efficientnet_b0): ``_qadd`` leaves what lies
+between two convs in float: onnxruntime dequantizes each conv's output, runs efficientnet's SiLU
+(Sigmoid, Mul) and the squeeze-excitation's pool, sigmoid and product in float and quantizes
+again; at one thread those islands took more time than the convs (efficientnet_b0: 1.05x
+faster than float). ``_qact`` also quantizes, inputs and output, each sigmoid, product and
+global average pool (SiLU written as ``x * sigmoid(x)`` before ``prepare_pt2e``, its
+definition): onnxruntime then runs them as QLinearSigmoid, QLinearMul and
+QLinearGlobalAveragePool, and efficientnet_b0 runs on uint8 from its first QuantizeLinear to
+its classifier. A user targeting onnxruntime would choose it; it changes the model (more
+rounding points), so it is a case of its own. Not for mobilenet_v3_large: its activation is
+hardswish, for which onnxruntime has no quantized kernel (HardSwish, HardSigmoid), and its
+squeeze-excitations are small; with ``_qact`` it measured 1.42x faster than float against
+``_qadd``'s 1.41x (bench/quantized_latency.py), and what keeps it there is onnxruntime's uint8
+depthwise QLinearConv, slower than its float NCHWc depthwise Conv.
 
 Comparison (``exporter.diagnostics.compare.compare_in_steps``): every output within
 ``QUANTIZED_CASE_STEPS`` quantization steps of eager (the step is the scale of the last
@@ -94,12 +110,15 @@ def _last_quantize_scale(graph_module: torch.fx.GraphModule) -> float:
     return scales[-1]
 
 
-def _residual_add_quantizer():
+def _residual_add_quantizer(activations: bool = False):
     """X86InductorQuantizer's scheme with each residual add quantized on both inputs, as
     onnxruntime's own quantization tool does it, instead of the conv+add(+relu) pattern the
     Inductor scheme annotates for its fused kernel (the conv's output stays float there, so
     onnxruntime cannot make that conv a QLinearConv). The conv feeding the add then ends in a
-    QuantizeLinear (QLinearConv) and the add becomes QLinearAdd."""
+    QuantizeLinear (QLinearConv) and the add becomes QLinearAdd.
+
+    ``activations``: also the ops between convs that onnxruntime has quantized kernels for
+    (``_annotate_activations``: sigmoid, mul, the global average pool), inputs and output."""
     from torch.fx import Node
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
@@ -129,6 +148,8 @@ def _residual_add_quantizer():
                     node.meta[key] = x86._X86InductorQuantizationAnnotation(
                         input_qspec_map={a: activation for a in inputs}, _annotated=True
                     )
+            if activations:
+                _annotate_activations(model, activation)
             for node in model.graph.nodes:
                 if node.target not in convs or key not in node.meta:
                     continue
@@ -153,8 +174,65 @@ def _residual_add_quantizer():
     return ResidualAddQuantizer()
 
 
+#: Ops between convs that onnxruntime runs on uint8 when a DequantizeLinear feeds them and a
+#: QuantizeLinear reads them (its QDQ rules: QLinearSigmoid, QLinearMul, QLinearAdd,
+#: QLinearGlobalAveragePool).
+_QUANTIZED_ELEMENTWISE = (
+    torch.ops.aten.sigmoid.default,
+    torch.ops.aten.mul.Tensor,
+    torch.ops.aten.adaptive_avg_pool2d.default,
+)
+
+
+def _split_silu(graph_module: torch.fx.GraphModule) -> None:
+    """Each ``silu(x)`` written as ``x * sigmoid(x)`` (its definition), so that the sigmoid and
+    the product can each be quantized (onnxruntime has a quantized kernel for both, none for
+    SiLU)."""
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if node.target not in (torch.ops.aten.silu.default, torch.ops.aten.silu_.default):
+            continue
+        # only its value, not where it came from (source_fn_stack, torch_fn, nn_module_stack):
+        # the X86 quantizer would take the pair for the SiLU it annotates with the conv before it
+        meta = {"val": node.meta["val"]}
+        with graph.inserting_after(node):
+            sigmoid = graph.call_function(torch.ops.aten.sigmoid.default, (node.args[0],))
+        with graph.inserting_after(sigmoid):
+            product = graph.call_function(torch.ops.aten.mul.Tensor, (node.args[0], sigmoid))
+        sigmoid.meta.update(meta)
+        product.meta.update(meta)
+        node.replace_all_uses_with(product)
+        graph.erase_node(node)
+    graph_module.recompile()
+
+
+def _annotate_activations(model: torch.fx.GraphModule, activation) -> None:
+    """Quantize the inputs and the output of every op of ``_QUANTIZED_ELEMENTWISE`` (the
+    product of a SiLU and of a squeeze-excitation's scale, its sigmoid, its pool)."""
+    from torch.fx import Node
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    for node in model.graph.nodes:
+        if node.target not in _QUANTIZED_ELEMENTWISE:
+            continue
+        count = 2 if node.target is torch.ops.aten.mul.Tensor else 1
+        inputs = node.args[:count]
+        if not all(isinstance(a, Node) for a in inputs):
+            continue
+        node.meta[x86.QUANT_ANNOTATION_KEY] = x86._X86InductorQuantizationAnnotation(
+            input_qspec_map={a: activation for a in inputs},
+            output_qspec=activation,
+            _annotated=True,
+        )
+
+
 def _pt2e(
-    module: nn.Module, name: str, make_inputs, sizes, residual_adds: bool = False
+    module: nn.Module,
+    name: str,
+    make_inputs,
+    sizes,
+    residual_adds: bool = False,
+    activations: bool = False,
 ) -> nn.Module:
     """``module`` quantized with PT2E, captured with a dynamic batch (axis 0 of every input),
     so that the converted program exports at static and at dynamic shapes alike."""
@@ -167,7 +245,11 @@ def _pt2e(
     captured = torch.export.export(
         module.eval(), args, dynamic_shapes=tuple({0: batch} for _ in args)
     ).module()
-    quantizer = _residual_add_quantizer() if residual_adds else x86.X86InductorQuantizer()
+    if activations:
+        _split_silu(captured)
+    quantizer = (
+        _residual_add_quantizer(activations) if residual_adds else x86.X86InductorQuantizer()
+    )
     quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = prepare_pt2e(captured, quantizer)
     for seed in range(4):  # calibration: inputs like the example, other draws
@@ -304,12 +386,17 @@ def _register_pt2e(
     notes: str,
     residual_adds: bool = False,
     tier: str = "full",
+    activations: bool = False,
 ):
     import torchvision
 
     from model_zoo.torchvision_cases import _deterministic
 
-    name = f"quantized/{model_name}_pt2e_x86" + ("_qadd" if residual_adds else "")
+    name = (
+        f"quantized/{model_name}_pt2e_x86"
+        + ("_qadd" if residual_adds else "")
+        + ("_qact" if activations else "")
+    )
     sizes = {"batch": 2}
 
     def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
@@ -324,7 +411,7 @@ def _register_pt2e(
         return module.eval()
 
     def make_module() -> nn.Module:
-        return _pt2e(make_float(), name, make_inputs, sizes, residual_adds)
+        return _pt2e(make_float(), name, make_inputs, sizes, residual_adds, activations)
 
     _register_quantized(
         name,
@@ -466,6 +553,19 @@ def _register_all() -> None:
             residual_adds=True,
             tier="default",
         )
+    _register_pt2e(
+        "efficientnet_b0",
+        None,
+        "torchvision efficientnet_b0 (weights=None, BN-calibrated), PT2E with the _qadd "
+        "quantizer that also quantizes, inputs and output, each SiLU's sigmoid and product "
+        "(SiLU written as x*sigmoid(x) first) and each squeeze-excitation's pool, sigmoid and "
+        "product (_qact): onnxruntime runs them as QLinearSigmoid, QLinearMul and "
+        "QLinearGlobalAveragePool instead of dequantizing to float between the convs. "
+        "64x64 inputs.",
+        residual_adds=True,
+        activations=True,
+        tier="full",
+    )
     _register_bert_int8_dynamic()
     _register_llama_int4()
     _register_pt2e(

@@ -37,6 +37,8 @@ QUANTIZED_KERNELS = frozenset(kind for forms in FUSED_FORMS.values() for kind in
         "MatMulInteger",
         "ConvInteger",
         "QLinearAdd",
+        "QLinearMul",
+        "QLinearSigmoid",
         "QLinearGlobalAveragePool",
         "GatherBlockQuantized",
     )

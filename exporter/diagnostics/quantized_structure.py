@@ -203,7 +203,8 @@ def expected_kernels(program: Any, opset: int) -> dict[str, int]:
     relu/clamp onnxruntime folds) -> QLinearConv;
     a linear with dequantized input and weight -> QGemm; a linear whose weight is a blocked
     int4 dequantize -> MatMulNBits (opset 21+: blocked DequantizeLinear); torchao's integer
-    matmul -> MatMulInteger or the kernels onnxruntime folds it into. Keys with ``|`` name
+    matmul -> MatMulInteger or the kernels onnxruntime folds it into; a sigmoid or product of
+    dequantized inputs, only quantized again -> QLinearSigmoid / QLinearMul. Keys with ``|`` name
     alternatives (``ort_fusion.check_fusion``)."""
     graph, constant = _program_graph(program)
     expected: collections.Counter = collections.Counter()
@@ -231,7 +232,23 @@ def expected_kernels(program: Any, opset: int) -> dict[str, int]:
                 expected["QLinearConv"] += 1
         elif name == "_int_mm":
             expected["MatMulInteger|MatMulIntegerToFloat|DynamicQuantizeMatMul"] += 1
+        elif name in _ELEMENTWISE_KERNELS:
+            kernel, arity = _ELEMENTWISE_KERNELS[name]
+            inputs = node.args[:arity]
+            if (
+                all(dequantized(a) is not None for a in inputs)
+                and node.users
+                and all(_is_qdq(user) == "quantize" for user in node.users)
+            ):
+                expected[kernel] += 1
     return dict(expected)
+
+
+#: Elementwise ops onnxruntime runs on uint8 when every input is dequantized and the output
+#: only quantized again (its QDQ unary and binary rules), with their arity. Not add (a
+#: residual add's output goes through a relu first in most programs) nor the pools (an
+#: exporter may write them as ReduceMean, which has no quantized kernel).
+_ELEMENTWISE_KERNELS = {"sigmoid": ("QLinearSigmoid", 1), "mul": ("QLinearMul", 2)}
 
 
 #: Activations onnxruntime folds into the quantize after a QLinearConv (ReluQuantFusion,

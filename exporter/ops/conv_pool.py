@@ -397,15 +397,30 @@ def _adaptive_out_sizes(ctx, self, output_size):
     return sizes
 
 
+def _global_poolable(shape, n_spatial: int) -> bool:
+    """Whether GlobalAveragePool computes the mean over the last ``n_spatial`` axes of a tensor
+    of ``shape``: batched (N, C, *spatial), and C and the spatial sizes known and nonzero
+    (onnxruntime's kernel rejects an empty channel or plane, where torch pools anyway)."""
+    return (
+        shape is not None
+        and len(shape) == n_spatial + 2
+        and all(isinstance(s, int) and s > 0 for s in shape[1:])
+    )
+
+
 def _adaptive_avg(ctx, self, output_size):
     n = len(output_size)
     out_sizes = _adaptive_out_sizes(ctx, self, output_size)
     x, dtype = to_work(ctx, self, {torch.float32, torch.float64, torch.float16})
     rank = ctx.rank(self)
     axes = list(range(rank - n, rank))
-    if all(o == 1 for o in out_sizes):
-        return ctx.cast(reduce(ctx, "ReduceMean", x, axes, 1), dtype)
     shape = ctx.shape(self)
+    if all(o == 1 for o in out_sizes):
+        if ctx.dtype(x) in (torch.float32, torch.float16) and _global_poolable(shape, n):
+            # one op where a quantized model's DQ -> pool -> Q fuses (onnxruntime's
+            # QLinearGlobalAveragePool; a ReduceMean stays float between them)
+            return ctx.cast(ctx.op.GlobalAveragePool(x), dtype)
+        return ctx.cast(reduce(ctx, "ReduceMean", x, axes, 1), dtype)
     in_sizes = shape[rank - n :]
     if (
         all(

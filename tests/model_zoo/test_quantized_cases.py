@@ -168,3 +168,77 @@ def test_the_quantized_tier_runs_in_the_default_tier_static_and_dynamic_in_float
         ("f32", "static"),
         ("f32", "dynamic"),
     }
+
+
+# ------------------------------------- the _qact quantizer: SiLU and squeeze-excitation in uint8
+class SiluExcitationBlock(nn.Module):
+    """EfficientNet's pattern: conv + SiLU, then a squeeze-excitation (pool, conv + SiLU,
+    conv + sigmoid, the product with its input), then a conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 8, 3, padding=1)
+        self.squeeze = nn.Conv2d(8, 2, 1)
+        self.excite = nn.Conv2d(2, 8, 1)
+        self.conv2 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = nn.functional.silu(self.conv1(x))
+        scale = nn.functional.adaptive_avg_pool2d(y, 1)
+        scale = torch.sigmoid(self.excite(nn.functional.silu(self.squeeze(scale))))
+        return self.conv2(scale * y)
+
+
+@functools.cache
+def _excitation_exported(activations: bool):
+    torch.manual_seed(0)
+    name = f"test/excitation_{activations}"
+    model = quantized_cases._pt2e(
+        SiluExcitationBlock(), name, _inputs, {}, residual_adds=True, activations=activations
+    )
+    (x,), _ = _inputs({"seed": 7})
+    return model, x, exporter.export(model, (x,)).model_proto, quantized_cases._STEP[name]
+
+
+def test_the_qadd_scheme_leaves_silu_and_excitation_float_between_the_convs():
+    _, _, proto, _ = _excitation_exported(activations=False)
+    report = ort_fusion.check_fusion(proto, {})
+    assert report.counts["QLinearConv"] == 4, report.summary()
+    # both SiLUs stay float: a dequantized conv output into Sigmoid and Mul, quantized after
+    assert report.counts["Sigmoid"] == 2 and report.counts["Mul"] == 2, report.summary()
+
+
+def test_quantized_activations_run_silu_and_excitation_on_uint8():
+    from exporter.diagnostics import quantized_structure as qs
+
+    model, x, proto, step = _excitation_exported(activations=True)
+    # every silu became x * sigmoid(x) before prepare_pt2e, each quantized
+    targets = {node.target for node in model.program.graph.nodes}
+    assert torch.ops.aten.silu.default not in targets
+    # the program's QDQ groups: 2 SiLUs + the excitation's sigmoid, 2 SiLU + 1 scale products
+    assert qs.expected_kernels(model.program, 20) == {
+        "QLinearConv": 4,
+        "QLinearSigmoid": 3,
+        "QLinearMul": 3,
+    }
+    # _qadd's program has the excitation's sigmoid and product between Q/DQ already here (and
+    # onnxruntime fuses them: the test above), not the SiLUs
+    assert qs.expected_kernels(_excitation_exported(activations=False)[0].program, 20) == {
+        "QLinearConv": 4,
+        "QLinearSigmoid": 1,
+        "QLinearMul": 1,
+    }
+    report = ort_fusion.check_fusion(
+        proto,
+        {"QLinearConv": 4, "QLinearSigmoid": 3, "QLinearMul": 3, "QLinearGlobalAveragePool": 1},
+    )
+    assert report.ok, report.summary()
+    # nothing float between the model's QuantizeLinear and its output's DequantizeLinear
+    floats = {"Sigmoid", "Mul", "GlobalAveragePool", "ReduceMean", "Conv"}
+    assert not floats & set(report.counts), report.summary()
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    result = compare_in_steps(model(x).detach().numpy(), got, step=step)
+    assert result.ok, result.message

@@ -186,6 +186,20 @@ def test_adaptive_pooling(name):
     check_op(ADAPTIVE_CASES[name], [r(2, 3, 6, 8)], rtol=1e-5, atol=1e-5)
 
 
+def test_global_adaptive_average_is_one_global_average_pool():
+    # GlobalAveragePool where its shape allows it (a quantized model's DQ -> pool -> Q fuses
+    # into QLinearGlobalAveragePool there, not around a ReduceMean); ReduceMean where
+    # onnxruntime's kernel rejects the shape (an empty channel axis) or without a batch axis
+    def pool(x):
+        return F.adaptive_avg_pool2d(x, 1)
+
+    program = check_op(pool, [r(2, 3, 6, 8)], rtol=1e-5, atol=1e-5)
+    assert "GlobalAveragePool" in op_types(program) and "ReduceMean" not in op_types(program)
+    for x in (torch.zeros(2, 0, 6, 8), r(3, 6, 8), r(2, 3, 6, 8).double()):
+        types = op_types(check_op(pool, [x], rtol=1e-5, atol=1e-5))
+        assert "ReduceMean" in types and "GlobalAveragePool" not in types, (x.shape, x.dtype)
+
+
 @pytest.mark.parametrize("name", ["avg_uneven", "avg_keep_axis", "max_uneven", "avg_global"])
 def test_adaptive_pooling_dynamic(name):
     x = r(2, 3, 6, 8)
