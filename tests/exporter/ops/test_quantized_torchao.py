@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
-from exporter.diagnostics import ort_fusion
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import ort_fusion
 
 quantization = pytest.importorskip("torchao.quantization")
 granularity = pytest.importorskip("torchao.quantization.granularity")
