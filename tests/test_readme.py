@@ -149,7 +149,9 @@ def pip_install_and_snippet(tmp: Path) -> None:
          "--target", str(target), "."],
         ROOT,
     )  # fmt: skip
-    assert (target / "conformance" / "tolerances.toml").is_file()  # package data shipped
+    assert (
+        target / "torch_onnx_conformance" / "conformance" / "tolerances.toml"
+    ).is_file()  # package data shipped
     work = tmp / "work"
     work.mkdir()
     (snippet,) = fenced_blocks(README.read_text(encoding="utf-8").split(OWN_PART_END)[0], "python")
