@@ -1,7 +1,7 @@
 """Command line of the conformance suite.
 
 ``python -m torch_onnx_conformance run [options] [pytest args]``  (``run --help`` lists the options)
-    Runs ``pytest conformance`` on all cores (xdist, ``--dist worksteal``), then builds the reports
+    Runs ``pytest torch_onnx_conformance/conformance`` on all cores (xdist, ``--dist worksteal``), then builds the reports
     from the result rows with ``python -m torch_onnx_conformance.reports build RESULTS --out reports/latest``, and exits
     with pytest's exit code, or 6 when some collected cases have no row (pytest or the run was
     killed: the reports say "incomplete: N of M cases have results"), or 7 when another run
