@@ -21,7 +21,7 @@ import re
 import sys
 
 # The oldest opset the op library translates to, the newest onnxruntime runs, the default, and
-# opsets where translations change (exporter/ops/_opsets.py: 18 Col2Im/Bitwise, 21
+# opsets where translations change (torch_onnx_conformance/exporter/ops/_opsets.py: 18 Col2Im/Bitwise, 21
 # GroupNormalization, 23 Attention/RMSNormalization, 26 CumProd/BitCast); run others by hand.
 OPSETS = (17, 18, 20, 21, 23, 26)
 CPU_SHARDS = 4

@@ -4,7 +4,7 @@
 The GPU machine has torch (CUDA 13, cuBLAS, cuDNN), onnx and a CPU-only onnxruntime, reaches no
 package index, and one command there receives at most 64 MiB of files. So onnxruntime-gpu
 1.31.1 (244 MiB; 199 MiB once ``pack`` recompresses its CUDA library) travels in pieces of at
-most 56 MiB (4 pieces), one per command, and is reassembled and installed there. Step by step (conformance/README.md, "The CUDA check"):
+most 56 MiB (4 pieces), one per command, and is reassembled and installed there. Step by step (torch_onnx_conformance/conformance/README.md, "The CUDA check"):
 
     # here, once (the wheels are never committed; .whl/ is ignored by git):
     pip download --no-deps onnxruntime-gpu==1.31.1 --only-binary=:all: \
@@ -19,12 +19,12 @@ most 56 MiB (4 pieces), one per command, and is reassembled and installed there.
     python .ci/gpu_check.py join .whl/store --install && python .ci/gpu_check.py run
 
 ``run`` (a) checks that onnxruntime really runs on CUDAExecutionProvider, (b) runs the CUDA
-slice with the harness (``python -m conformance run --provider cuda``: a sample of every op
+slice with the harness (``python -m torch_onnx_conformance run --provider cuda``: a sample of every op
 family plus the default-tier models, opsets 20 and 23, float32 and float16), (c) records the
 real placement of purpose-built models and of every harness case (session option
 ``session.record_ep_graph_assignment_info`` and ``get_provider_graph_assignment_info()``; the
 Memcpy count from onnxruntime's log) beside the prediction of
-``exporter/diagnostics/placement.py``,
+``torch_onnx_conformance/exporter/diagnostics/placement.py``,
 and (d) writes ``reports/cuda/REPORT.md`` (commit it). ``--dry-run`` does all of it on the CPU
 provider with a small fake file for the pieces and a tiny slice.
 
@@ -60,7 +60,7 @@ MANIFEST = "manifest.json"
 REPORT_DIR = ROOT / "reports" / "cuda"
 OPSETS = (20, 23)
 DTYPES = ("f32", "f16")
-#: One or a few ops of every op family (conformance/families.py), one sample each.
+#: One or a few ops of every op family (torch_onnx_conformance/conformance/families.py), one sample each.
 SLICE_OPS = (
     "abs", "exp", "sigmoid", "add", "mul", "div", "pow", "where",  # elementwise
     "nn.functional.relu", "nn.functional.gelu", "nn.functional.softmax",
@@ -250,7 +250,7 @@ def observe(model_path: Path, provider: str) -> dict:
     in a child process so that onnxruntime's log (the Memcpy warning) can be read."""
     code = (
         "import json, sys\n"
-        "from conformance.placement import observe_in_process\n"
+        "from torch_onnx_conformance.conformance.placement import observe_in_process\n"
         "print(json.dumps(observe_in_process(sys.argv[1], sys.argv[2])))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -271,8 +271,8 @@ def observe(model_path: Path, provider: str) -> dict:
 
 def compare(prediction, observed: dict) -> list[str]:
     """The differences between a prediction and what onnxruntime did."""
-    from conformance.placement import differences
-    from exporter.diagnostics.placement import PROVIDERS as PROVIDER_NAMES
+    from torch_onnx_conformance.conformance.placement import differences
+    from torch_onnx_conformance.exporter.diagnostics.placement import PROVIDERS as PROVIDER_NAMES
 
     if "error" in observed:
         return [f"session failed: {observed['error']}"]
@@ -378,7 +378,7 @@ def probe_models(folder: Path, opsets: tuple[int, ...] = OPSETS) -> list[Path]:
 
 
 def placement_rows(models: list[Path], provider: str) -> list[dict]:
-    from exporter.diagnostics import placement
+    from torch_onnx_conformance.exporter.diagnostics import placement
 
     rows = []
     for path in models:
@@ -413,18 +413,26 @@ def slice_commands(provider: str, results: Path, dry_run: bool) -> list[list[str
     """The harness commands of the slice: op cases (one sample of each of SLICE_OPS) and the
     default-tier model cases, at opsets 20 and 23, float32 and float16, static shapes. The dry
     run's slice is one model case (no OpInfo import: it stays fast)."""
-    base = [sys.executable, "-m", "conformance", "run", "--provider", provider, "--resume"]
+    base = [
+        sys.executable,
+        "-m",
+        "torch_onnx_conformance",
+        "run",
+        "--provider",
+        provider,
+        "--resume",
+    ]
     base += ["--results", str(results), "--reports-out", str(results / "reports")]
     base += ["--shapes", "static"]
     if dry_run:
         models = ["--opset", "20", "--dtype", "f32", "--models", DRY_RUN_MODEL, "-n", "0"]
-        return [[*base, *models, "conformance/test_models.py"]]
+        return [[*base, *models, "torch_onnx_conformance/conformance/test_models.py"]]
     axes = [arg for opset in OPSETS for arg in ("--opset", str(opset))]
     axes += [arg for dtype in DTYPES for arg in ("--dtype", dtype)]
     ops = [arg for op in SLICE_OPS for arg in ("--ops", op)]
     return [
-        [*base, *axes, "--samples", "1", *ops, "conformance/test_ops.py"],
-        [*base, *axes, "--tier", "default", "conformance/test_models.py"],
+        [*base, *axes, "--samples", "1", *ops, "torch_onnx_conformance/conformance/test_ops.py"],
+        [*base, *axes, "--tier", "default", "torch_onnx_conformance/conformance/test_models.py"],
     ]
 
 
@@ -590,8 +598,8 @@ def run(args) -> int:
 def export_zoo_model(case, opset: int, path: Path) -> None:
     import torch
 
-    from conformance import flat_io
-    from conformance.exporters import export_model
+    from torch_onnx_conformance.conformance import flat_io
+    from torch_onnx_conformance.conformance.exporters import export_model
 
     torch.manual_seed(0)
     module, args, kwargs = case.build()
@@ -605,8 +613,8 @@ def export_zoo_model(case, opset: int, path: Path) -> None:
 def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = False) -> Path:
     """Export the default-tier zoo models (ours, dynamic shapes, optimized) at opsets 20 and 23
     here and write each one's predicted CUDA placement into ``out``."""
-    from conformance.model_cases import all_cases
-    from exporter.diagnostics import placement
+    from torch_onnx_conformance.conformance.model_cases import all_cases
+    from torch_onnx_conformance.exporter.diagnostics import placement
 
     work.mkdir(parents=True, exist_ok=True)
     cases = [c for c in all_cases("default") if not models or c.name in models]
@@ -614,7 +622,7 @@ def predict_zoo(out: Path, models: list[str] | None, work: Path, reuse: bool = F
         "# Predicted CUDA placement of the default-tier models",
         "",
         "`python .ci/gpu_check.py predict-zoo` exported each model here (exporter ours, dynamic "
-        "shapes, optimized, float32) and ran `python -m conformance placement MODEL.onnx "
+        "shapes, optimized, float32) and ran `python -m torch_onnx_conformance placement MODEL.onnx "
         "--provider cuda` on it: onnxruntime "
         f"{placement.kernel_table()['onnxruntime']}, graph optimizations off. "
         "Kernel table: " + placement.kernel_table()["sources"]["CUDAExecutionProvider"] + ".",

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-import exporter  # noqa: E402
-from exporter.diagnostics import bisect, verify  # noqa: E402
-from exporter.diagnostics.compare import FALLBACK_TOLERANCE  # noqa: E402
+from torch_onnx_conformance import exporter  # noqa: E402
+from torch_onnx_conformance.exporter.diagnostics import bisect, verify  # noqa: E402
+from torch_onnx_conformance.exporter.diagnostics.compare import FALLBACK_TOLERANCE  # noqa: E402
 
 TARGET_RATIO = 3.0
 

@@ -36,9 +36,9 @@ def main() -> int:
     logging.disable(logging.WARNING)
     import torch
 
-    from conformance import exporters, op_cases
-    from conformance.runner import run_case
-    from exporter import DEFAULT_OPSET
+    from torch_onnx_conformance.conformance import exporters, op_cases
+    from torch_onnx_conformance.conformance.runner import run_case
+    from torch_onnx_conformance.exporter import DEFAULT_OPSET
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT / "bench"))

@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reports.html import build_site  # noqa: E402
-from reports.html.browser import measure_load, open_browser  # noqa: E402
 from tests.reports.dashboard_rows import synthetic_run  # noqa: E402
+from torch_onnx_conformance.reports.html import build_site  # noqa: E402
+from torch_onnx_conformance.reports.html.browser import measure_load, open_browser  # noqa: E402
 
 
 def measure(count: int, driver, folder: Path) -> str:

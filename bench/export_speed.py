@@ -47,7 +47,7 @@ def _export(name: str, case, shapes: str):
     """One export with ``name``; returns (seconds, ours' stage timings or {})."""
     import torch
 
-    import exporter
+    from torch_onnx_conformance import exporter
 
     module, args, kwargs = case.build()
     dynamic = case.export_dynamic_shapes() if shapes == "dynamic" else None
@@ -113,8 +113,8 @@ def _cold_child(name: str, case_name: str, shapes: str) -> int:
     start = time.perf_counter()
     import torch  # noqa: F401
 
-    import exporter._api  # noqa: F401  (the package itself loads lazily)
-    import model_zoo
+    import torch_onnx_conformance.exporter._api  # noqa: F401  (the package itself loads lazily)
+    from torch_onnx_conformance import model_zoo
 
     case = model_zoo.get(case_name)
     imported = time.perf_counter()
@@ -157,7 +157,7 @@ def main() -> int:
 
     import torch
 
-    import model_zoo
+    from torch_onnx_conformance import model_zoo
 
     if options.models:
         cases = [model_zoo.get(name) for name in options.models.split(",")]

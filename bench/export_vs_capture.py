@@ -40,8 +40,8 @@ def _capture(case, shapes: str) -> float:
     gets them, and the data-dependent rewrites they go with, here too."""
     import torch
 
-    from exporter._capture_patches import CAPTURE_PATCHES, resolve
-    from exporter._capture_rewrites import data_dependent_rewrites
+    from torch_onnx_conformance.exporter._capture_patches import CAPTURE_PATCHES, resolve
+    from torch_onnx_conformance.exporter._capture_rewrites import data_dependent_rewrites
 
     module, args, kwargs = case.build()
     dynamic = case.export_dynamic_shapes() if shapes == "dynamic" else None
@@ -76,7 +76,7 @@ def main() -> int:
 
     import torch
 
-    import model_zoo
+    from torch_onnx_conformance import model_zoo
 
     if options.models:
         cases = [model_zoo.get(name) for name in options.models.split(",")]

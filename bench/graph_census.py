@@ -32,7 +32,7 @@ def census(case, opset: int | None = None, dynamic: bool = False) -> dict:
     """One export of ``case``: its node count, op-type histogram and initializers."""
     import onnx_ir as ir
 
-    import exporter
+    from torch_onnx_conformance import exporter
 
     module, args, kwargs = case.build()
     shapes = case.export_dynamic_shapes() if dynamic else None
@@ -137,7 +137,7 @@ def main() -> int:
     parser.add_argument("--against", type=Path, help="a saved census to compare with")
     options = parser.parse_args()
 
-    import model_zoo
+    from torch_onnx_conformance import model_zoo
 
     if options.models:
         cases = [model_zoo.get(name) for name in options.models.split(",")]

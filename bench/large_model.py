@@ -137,7 +137,7 @@ def _ensure_weights(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace, layers: int | None = None):
     import torch
 
-    import exporter
+    from torch_onnx_conformance import exporter
 
     model = _meta_model(args, layers)
     input_ids = torch.zeros(1, args.tokens, dtype=torch.long, device="meta")

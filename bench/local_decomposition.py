@@ -24,7 +24,7 @@ def _captured(name: str):
     import torch
     import torchvision
 
-    from exporter import _capture
+    from torch_onnx_conformance.exporter import _capture
 
     model = getattr(torchvision.models, name)(weights=None).eval()
     with warnings.catch_warnings():
@@ -48,7 +48,7 @@ def main() -> None:
     options = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
 
-    from exporter import _decompose, _validate
+    from torch_onnx_conformance.exporter import _decompose, _validate
 
     program = _captured(options.model)
     dropped = _op(options.drop)

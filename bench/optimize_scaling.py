@@ -45,7 +45,7 @@ class _OptimizeClock:
     wall times only)."""
 
     def __init__(self):
-        from exporter import _passes
+        from torch_onnx_conformance.exporter import _passes
 
         self._passes, self._optimize, self.cpu = _passes, _passes.optimize, 0.0
 
@@ -66,7 +66,7 @@ class _OptimizeClock:
 
 def _export(module, args, kwargs=None) -> tuple[dict, float, int]:
     """One export: (the record's stage timings, optimize CPU seconds, nodes exported)."""
-    import exporter
+    from torch_onnx_conformance import exporter
 
     with _OptimizeClock() as clock, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -113,7 +113,7 @@ def main() -> int:
 
 
 def _zoo(tier: str) -> None:
-    import model_zoo
+    from torch_onnx_conformance import model_zoo
 
     print(
         f"\n{'zoo model (' + tier + ' tier)':42s} {'nodes':>6s} {'optimize s':>10s} {'cpu s':>7s} "

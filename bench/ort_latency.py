@@ -37,8 +37,10 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-import exporter  # noqa: E402
-import model_zoo  # noqa: E402
+from torch_onnx_conformance import (
+    exporter,  # noqa: E402
+    model_zoo,  # noqa: E402
+)
 
 LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,

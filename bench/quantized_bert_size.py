@@ -31,7 +31,7 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 from quantized_latency import _session, _time  # noqa: E402
 
-import exporter  # noqa: E402
+from torch_onnx_conformance import exporter  # noqa: E402
 
 
 def main() -> int:

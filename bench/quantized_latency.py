@@ -2,7 +2,7 @@
 
     python bench/quantized_latency.py [--runs 30] [--threads 1] [--models 'quantized/efficientnet*,...']
 
-For each case of ``model_zoo/quantized_cases.py``: the float model before quantization exported
+For each case of ``torch_onnx_conformance/model_zoo/quantized_cases.py``: the float model before quantization exported
 by ours, and the quantized model exported by ours and by ``torch.onnx.export(dynamo=True)``.
 All graphs run on the same input with onnxruntime's CPU provider, one intra-op thread (or
 ``--threads``), ORT_ENABLE_ALL, interleaved (float, ours, theirs, then in reverse, ...) so machine
@@ -36,9 +36,9 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 from ort_latency import _feeds  # noqa: E402
 
-import exporter  # noqa: E402
-from exporter.diagnostics.compare import compare_in_steps  # noqa: E402
-from model_zoo import quantized_cases, registry  # noqa: E402
+from torch_onnx_conformance import exporter  # noqa: E402
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_in_steps  # noqa: E402
+from torch_onnx_conformance.model_zoo import quantized_cases, registry  # noqa: E402
 
 ALL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 

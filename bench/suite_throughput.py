@@ -5,8 +5,8 @@ and with torch.onnx's dynamo exporter, in cases per second.
 
 By default a deterministic sample of the default op run: every ``--every``-th op name in sorted
 order, with all of its default cases (samples, static and dynamic), so it finishes in minutes;
-``--all`` runs the whole default op run. Each exporter is one ``python -m conformance run`` of
-``conformance/test_ops.py`` with its rows and reports under ``--out`` (never the checkout's).
+``--all`` runs the whole default op run. Each exporter is one ``python -m torch_onnx_conformance run`` of
+``torch_onnx_conformance/conformance/test_ops.py`` with its rows and reports under ``--out`` (never the checkout's).
 
 Prints per exporter: cases, wall time and cases/s of the whole run; the in-case time the result
 rows record (CPU seconds of each case, and the wall seconds of its export); and the worker time
@@ -42,7 +42,7 @@ EXPORTERS = {"ours": "ours", "torch.onnx": "torch-dynamo"}
 def op_names() -> list[str]:
     """The op names of a default run (OpInfos and their in-place variants), sorted."""
     sys.path.insert(0, str(ROOT))
-    from conformance import op_cases
+    from torch_onnx_conformance.conformance import op_cases
 
     names = set()
     for info in op_cases.op_db():
@@ -78,13 +78,13 @@ def run_suite(
     results, reports = out / exporter / "results", out / exporter / "reports"
     for stale in (results, reports):  # rows of an earlier run would count again
         shutil.rmtree(stale, ignore_errors=True)
-    command = [sys.executable, "-m", "conformance", "run", "--exporter", exporter]
+    command = [sys.executable, "-m", "torch_onnx_conformance", "run", "--exporter", exporter]
     command += ["--results", str(results), "--reports-out", str(reports)]
     for op in ops or ():
         command += ["--ops", op]
     for opset in opsets:
         command += ["--opset", str(opset)]
-    command += ["-n", str(workers), "-q", "conformance/test_ops.py"]
+    command += ["-n", str(workers), "-q", "torch_onnx_conformance/conformance/test_ops.py"]
     if workers > 1:
         command += ["--dist", "worksteal"]
     load_before = os.getloadavg()[0]
@@ -146,7 +146,7 @@ def compare_opsets(options, ops: list[str] | None, what: str) -> int:
     """Ours at all of ``--opsets`` against ours at one of them alone (the exporter's default
     opset when it is among them, else the first), in one invocation."""
     sys.path.insert(0, str(ROOT))
-    from exporter import DEFAULT_OPSET
+    from torch_onnx_conformance.exporter import DEFAULT_OPSET
 
     opsets = options.opsets
     single = DEFAULT_OPSET if DEFAULT_OPSET in opsets else opsets[0]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
-import exporter
+from torch_onnx_conformance import exporter
 
 
 class Lambda(torch.nn.Module):

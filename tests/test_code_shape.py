@@ -1,9 +1,9 @@
 """The code's shape, checked: short functions and no import cycles hidden inside functions.
 
-A newcomer reads a function at a time. In ``conformance/`` and ``exporter/`` no function is
+A newcomer reads a function at a time. In ``torch_onnx_conformance/conformance/`` and ``torch_onnx_conformance/exporter/`` no function is
 80 lines or longer, except the op kernels listed in ``LONG_KERNELS``, which follow a published
 algorithm step by step (splitting them would scatter one algorithm over several places).
-Between ``conformance/`` modules, an import made inside a function must not be an import back
+Between ``torch_onnx_conformance/conformance/`` modules, an import made inside a function must not be an import back
 into a module that imports the function's own module: that is an import cycle which only the
 laziness of the inner import hides.
 """
@@ -17,17 +17,35 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("conformance", "exporter")
+PACKAGES = ("torch_onnx_conformance/conformance", "torch_onnx_conformance/exporter")
 MAX_LINES = 80
 
 # (module path, function) -> the algorithm the kernel follows step by step.
 LONG_KERNELS = {
-    ("exporter/ops/vision.py", "_roi_align_by_gathers"): "torchvision's RoIAlign sampling grid",
-    ("exporter/ops/linalg_more.py", "_ldl_step"): "Bunch-Kaufman pivoting (LAPACK sytrf)",
-    ("exporter/ops/linalg_more.py", "linalg_ldl_solve"): "LAPACK sytrs, the solve after sytrf",
-    ("exporter/ops/linalg_spectral.py", "_jacobi"): "the cyclic Jacobi eigenvalue sweep",
-    ("exporter/ops/fft.py", "istft"): "the inverse STFT's overlap-add with window envelope",
-    ("exporter/ops/nn.py", "_embedding_bag"): "embedding_bag's offsets/per-sample-weights modes",
+    (
+        "torch_onnx_conformance/exporter/ops/vision.py",
+        "_roi_align_by_gathers",
+    ): "torchvision's RoIAlign sampling grid",
+    (
+        "torch_onnx_conformance/exporter/ops/linalg_more.py",
+        "_ldl_step",
+    ): "Bunch-Kaufman pivoting (LAPACK sytrf)",
+    (
+        "torch_onnx_conformance/exporter/ops/linalg_more.py",
+        "linalg_ldl_solve",
+    ): "LAPACK sytrs, the solve after sytrf",
+    (
+        "torch_onnx_conformance/exporter/ops/linalg_spectral.py",
+        "_jacobi",
+    ): "the cyclic Jacobi eigenvalue sweep",
+    (
+        "torch_onnx_conformance/exporter/ops/fft.py",
+        "istft",
+    ): "the inverse STFT's overlap-add with window envelope",
+    (
+        "torch_onnx_conformance/exporter/ops/nn.py",
+        "_embedding_bag",
+    ): "embedding_bag's offsets/per-sample-weights modes",
 }
 
 
@@ -96,7 +114,7 @@ def _imported(
 def _import_graph():
     """module -> (modules imported at module level, [(function, module) imported inside])."""
     graph = {}
-    paths = _sources("conformance")
+    paths = _sources("torch_onnx_conformance/conformance")
     known = {_module_name(p) for p in paths}
     for path in paths:
         module = _module_name(path)
@@ -135,16 +153,19 @@ def test_no_import_cycle_hidden_in_a_function():
 
 
 def test_the_cycle_rule_finds_an_inner_back_import(tmp_path, monkeypatch):
-    package = tmp_path / "conformance"
-    package.mkdir()
+    package = tmp_path / "torch_onnx_conformance" / "conformance"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("from conformance import b\n")
-    (package / "b.py").write_text("def f():\n    from conformance import a\n    return a\n")
+    (package / "a.py").write_text("from torch_onnx_conformance.conformance import b\n")
+    (package / "b.py").write_text(
+        "def f():\n    from torch_onnx_conformance.conformance import a\n    return a\n"
+    )
     (package / "c.py").write_text("def g():\n    from . import a\n    return a\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert _hidden_cycles() == [
-        "conformance.b:2 imports conformance.a inside a function, and conformance.a imports"
-        " conformance.b"
+        "torch_onnx_conformance.conformance.b:2 imports torch_onnx_conformance.conformance.a inside a function, and "
+        "torch_onnx_conformance.conformance.a imports torch_onnx_conformance.conformance.b"
     ]
 
 

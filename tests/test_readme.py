@@ -26,7 +26,15 @@ README = ROOT / "README.md"
 #: Below this line the lead describes the layout; its Python block is an illustration.
 OWN_PART_END = "<!-- layout and details below are written by the lead -->"
 FULL = os.environ.get("README_FULL") == "1"
-ONE_OP = ["conformance/test_ops.py", "--ops", "abs", "--samples", "1", "-n", "1"]
+ONE_OP = [
+    "torch_onnx_conformance/conformance/test_ops.py",
+    "--ops",
+    "abs",
+    "--samples",
+    "1",
+    "-n",
+    "1",
+]
 
 
 def fenced_blocks(text: str, language: str) -> list[str]:
@@ -141,7 +149,9 @@ def pip_install_and_snippet(tmp: Path) -> None:
          "--target", str(target), "."],
         ROOT,
     )  # fmt: skip
-    assert (target / "conformance" / "tolerances.toml").is_file()  # package data shipped
+    assert (
+        target / "torch_onnx_conformance" / "conformance" / "tolerances.toml"
+    ).is_file()  # package data shipped
     work = tmp / "work"
     work.mkdir()
     (snippet,) = fenced_blocks(README.read_text(encoding="utf-8").split(OWN_PART_END)[0], "python")
@@ -156,7 +166,10 @@ def pip_install_fresh_venv(tmp: Path) -> None:
     pip = tmp / "venv" / "bin" / "python"
     command = shlex.split(PIP_INSTALL)
     _run([str(pip), *command[1:]], ROOT, timeout=3600)
-    _run([str(pip), "-c", "import exporter, torch; print(torch.__version__)"], tmp)
+    _run(
+        [str(pip), "-c", "import torch_onnx_conformance.exporter, torch; print(torch.__version__)"],
+        tmp,
+    )
 
 
 def repro_smoke(command: str) -> Callable[[Path], None]:
@@ -200,7 +213,7 @@ def gpu_env_setup(tmp: Path) -> None:
 
 PIP_INSTALL = "python3 -m pip install . --extra-index-url https://download.pytorch.org/whl/cpu"
 REPRO = (
-    "python -m conformance repro 'op::abs::s000::f32::static::opset20::cpu::ours' "
+    "python -m torch_onnx_conformance repro 'op::abs::s000::f32::static::opset20::cpu::ours' "
     "--results /tmp/conformance-repro"
 )
 TOX_CONFORMANCE = "python3 -m pip install tox && python3 -m tox -e conformance"

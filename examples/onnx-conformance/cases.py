@@ -3,7 +3,7 @@
 import torch
 from mymodels import TinyCNN, TinyTagger
 
-from conformance.user_cases import ModelCase
+from torch_onnx_conformance.conformance.user_cases import ModelCase
 
 
 def build_cnn():

@@ -7,14 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conformance import case as cases
-from conformance import op_cases, planted, shapes
-from conformance.families import op_family
-from conformance.modules import CallModule, flatten_outputs, split_call
-from conformance.op_cases import select_samples
-from conformance.runner import run_case
-from exporter.diagnostics import second_shape
-from exporter.stages import CASE_STAGES
+from torch_onnx_conformance.conformance import case as cases
+from torch_onnx_conformance.conformance import op_cases, planted, shapes
+from torch_onnx_conformance.conformance.families import op_family
+from torch_onnx_conformance.conformance.modules import CallModule, flatten_outputs, split_call
+from torch_onnx_conformance.conformance.op_cases import select_samples
+from torch_onnx_conformance.conformance.runner import run_case
+from torch_onnx_conformance.exporter.diagnostics import second_shape
+from torch_onnx_conformance.exporter.stages import CASE_STAGES
 
 
 def test_case_id_round_trip():
@@ -252,7 +252,7 @@ class _Unbind(torch.nn.Module):
 
 
 def test_second_shape_keeps_the_output_count_of_the_first():
-    from conformance.op_cases import second_shape_inputs
+    from torch_onnx_conformance.conformance.op_cases import second_shape_inputs
 
     x = torch.rand(3, 4)
     expected = _Unbind()(x)
@@ -306,7 +306,7 @@ def test_the_opsets_of_one_op_case_are_collected_next_to_each_other():
 
 
 def test_ours_captures_each_base_once_per_process(monkeypatch):
-    from conformance import exporters
+    from torch_onnx_conformance.conformance import exporters
 
     module, inputs = planted.build_planted("pass")
     module.eval()
@@ -368,7 +368,7 @@ def test_a_random_ops_eager_draws_are_drawn_once_for_every_opset():
     other opsets: the second comparison draws nothing from eager and judges the same."""
     import numpy as np
 
-    from exporter.diagnostics.compare import Tolerance
+    from torch_onnx_conformance.exporter.diagnostics.compare import Tolerance
 
     calls = []
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import expectations as ex
-from conformance.case import row_facts
-from conformance.expectations import tomllib
-from reports.rows import CaseResult
+from torch_onnx_conformance.conformance import expectations as ex
+from torch_onnx_conformance.conformance.case import row_facts
+from torch_onnx_conformance.conformance.expectations import tomllib
+from torch_onnx_conformance.reports.rows import CaseResult
 
 CONV = "op::nn.functional.conv2d::s003::f32::dynamic::opset20::cpu::ours"
 ABS = "op::abs::s000::f32::static::opset20::cpu::ours"
@@ -404,7 +404,7 @@ def test_rejudging_rows_of_an_earlier_run(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "opset 17 ours: 1 cases, xfail 1, unexpected 0" in printed
     assert "opset 20 ours: 1 cases, pass 1, unexpected 0" in printed
-    from reports.rows import read_rows
+    from torch_onnx_conformance.reports.rows import read_rows
 
     assert [r.status for r in read_rows([out / "rejudged.jsonl"])] == ["xfail", "pass"]
 

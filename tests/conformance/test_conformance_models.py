@@ -1,7 +1,7 @@
 """The per-model conformance harness, end to end, on tiny synthetic model cases.
 
 The cases are defined here (``model_cases()``) and handed to real pytest sessions over
-``conformance/test_models.py`` with the hidden ``--model-cases`` option, which replaces the zoo:
+``torch_onnx_conformance/conformance/test_models.py`` with the hidden ``--model-cases`` option, which replaces the zoo:
 a zero-output model (must be ``vacuous``), a model that computes something else while it is being
 exported (must fail at compare and leave a repro directory), a small MLP (must pass and carry its
 timings), and a hand-sized bidirectional LSTM with a dynamic time axis, which torch.onnx exports
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.model_cases import ModelCaseId, parse_model_id
-from reports.rows import read_rows
+from torch_onnx_conformance.conformance.model_cases import ModelCaseId, parse_model_id
+from torch_onnx_conformance.reports.rows import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 THIS_FILE = Path(__file__).resolve()
@@ -44,7 +44,7 @@ class _WrongUnderExport(torch.nn.Module):
     result that no real exporter can fix."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        import exporter
+        from torch_onnx_conformance import exporter
 
         if exporter.is_in_onnx_export() or torch.onnx.is_in_onnx_export():
             return x * 2.0
@@ -62,7 +62,7 @@ class _DiesUnderExport(torch.nn.Module):
         import os
         import time
 
-        import exporter
+        from torch_onnx_conformance import exporter
 
         if exporter.is_in_onnx_export():
             if self.how == "crash":
@@ -114,7 +114,7 @@ def _time_inputs(sizes):
 
 def model_cases():
     """Read by the harness through ``--model-cases`` (in the pytest process and its child)."""
-    from model_zoo import ModelCase
+    from torch_onnx_conformance.model_zoo import ModelCase
 
     batch = {"sizes": {"batch": 3}, "second_sizes": {"batch": 5}, "dynamic_shapes": ({0: "batch"},)}
     return [
@@ -167,7 +167,7 @@ def _pytest(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         sys.executable,
         "-m",
         "pytest",
-        str(ROOT / "conformance" / "test_models.py"),
+        str(ROOT / "torch_onnx_conformance" / "conformance" / "test_models.py"),
         "-p",
         "no:cacheprovider",
         "-q",
@@ -183,7 +183,7 @@ def _pytest(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 def _collected(*args: str) -> list[str]:
     proc = _pytest("--collect-only", *args)
     assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]  # 5: none
-    prefix = "conformance/test_models.py::test_model["
+    prefix = "torch_onnx_conformance/conformance/test_models.py::test_model["
     return [line[len(prefix) : -1] for line in proc.stdout.splitlines() if line.startswith(prefix)]
 
 
@@ -264,8 +264,9 @@ def test_a_zero_output_model_is_vacuous_never_a_pass(tiny_run):
         row = rows[_id("tiny/zeros", shapes)]
         assert row.status == "vacuous", (row.status, row.error)
         assert "near-constant" in row.error
-    assert f"FAILED conformance/test_models.py::test_model[{_id('tiny/zeros')}]" in (
-        tiny_run["proc"].stdout
+    assert (
+        f"FAILED torch_onnx_conformance/conformance/test_models.py::test_model[{_id('tiny/zeros')}]"
+        in (tiny_run["proc"].stdout)
     )
 
 
@@ -347,7 +348,15 @@ def test_a_crash_or_a_hang_costs_one_case_and_the_run_goes_on(tmp_path):
 def test_repro_command_rebuilds_a_model_case(tmp_path):
     case_id = "model::synthetic/mlp::f32::static::opset20::cpu::ours::opt"
     proc = subprocess.run(
-        [sys.executable, "-m", "conformance", "repro", case_id, "--results", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "torch_onnx_conformance",
+            "repro",
+            case_id,
+            "--results",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.expectations import load_expectations, tomllib
-from reports.rows import read_rows
+from torch_onnx_conformance.conformance.expectations import load_expectations, tomllib
+from torch_onnx_conformance.reports.rows import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def _pytest(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.Co
         sys.executable,
         "-m",
         "pytest",
-        str(ROOT / "conformance" / "test_ops.py"),
+        str(ROOT / "torch_onnx_conformance" / "conformance" / "test_ops.py"),
         "-p",
         "no:cacheprovider",
         "-p",
@@ -106,7 +106,7 @@ def test_every_fault_ends_as_its_own_row_and_the_run_completes(faults_run):
 
 def test_an_unexpected_pass_fails_its_item(faults_run):
     out = faults_run["proc"].stdout
-    assert f"FAILED conformance/test_ops.py::test_op[{_case('pass')}]" in out
+    assert f"FAILED torch_onnx_conformance/conformance/test_ops.py::test_op[{_case('pass')}]" in out
     assert "unexpected pass" in out
 
 
@@ -240,7 +240,16 @@ def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
     enclosing = {"PYTEST_XDIST_WORKER": "gw1", "PYTEST_XDIST_WORKER_COUNT": "2"}
     run = subprocess.run(
         [
-            *(sys.executable, "-m", "conformance", "run", "-n", "0", "-p", "no:cacheprovider"),
+            *(
+                sys.executable,
+                "-m",
+                "torch_onnx_conformance",
+                "run",
+                "-n",
+                "0",
+                "-p",
+                "no:cacheprovider",
+            ),
             *("--planted", "pass", "--shapes", "static", "--results", str(results)),
             *("--reports-out", str(reports)),
         ],
@@ -259,7 +268,15 @@ def test_cli_run_builds_reports_and_repro_rebuilds_a_case(tmp_path):
 
     case_id = _case("wrong")
     repro = subprocess.run(
-        [sys.executable, "-m", "conformance", "repro", case_id, "--results", str(results)],
+        [
+            sys.executable,
+            "-m",
+            "torch_onnx_conformance",
+            "repro",
+            case_id,
+            "--results",
+            str(results),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

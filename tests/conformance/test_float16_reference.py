@@ -1,6 +1,6 @@
 """float16 cases carry a higher-precision reference: eager again on the same inputs' values
-upcast (op cases: conformance/op_cases.py; model cases: the float64 run of model_cases.py), and
-the comparison judges ours against it ([float16] of conformance/tolerances.toml)."""
+upcast (op cases: torch_onnx_conformance/conformance/op_cases.py; model cases: the float64 run of model_cases.py), and
+the comparison judges ours against it ([float16] of torch_onnx_conformance/conformance/tolerances.toml)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from conformance.model_cases import parse_model_id
-from conformance.modules import CallModule, split_call
-from conformance.op_cases import OpCase, _low_precision_reference, _upcast_outputs
-from exporter.diagnostics.compare import Tolerance, float16_unit
+from torch_onnx_conformance.conformance.model_cases import parse_model_id
+from torch_onnx_conformance.conformance.modules import CallModule, split_call
+from torch_onnx_conformance.conformance.op_cases import (
+    OpCase,
+    _low_precision_reference,
+    _upcast_outputs,
+)
+from torch_onnx_conformance.exporter.diagnostics.compare import Tolerance, float16_unit
 
 
 def _module(fn, *args):

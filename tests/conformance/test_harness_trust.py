@@ -1,6 +1,6 @@
 """A harness you can trust: planted faults and ordinary mistakes, and what they must not cost.
 
-End-to-end tests run ``python -m conformance run`` on planted cases (``conformance/planted.py``)
+End-to-end tests run ``python -m torch_onnx_conformance run`` on planted cases (``torch_onnx_conformance/conformance/planted.py``)
 into temporary folders and check what is on disk afterwards: nothing lost after a kill and
 ``--resume``, nothing written by a run that ran no case, nothing another run owns deleted.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import limits, runs
-from reports.__main__ import main as reports_main
-from reports.rows import (
+from torch_onnx_conformance.conformance import limits, runs
+from torch_onnx_conformance.reports.__main__ import main as reports_main
+from torch_onnx_conformance.reports.rows import (
     INCOMPLETE_EXIT_CODE,
     CaseResult,
     append_row,
@@ -225,7 +225,16 @@ PYTHON = sys.executable
 
 def _run_command(results: Path, reports: Path, *args: str) -> list[str]:
     return [
-        *(PYTHON, "-m", "conformance", "run", "-p", "no:cacheprovider", "-p", "no:randomly"),
+        *(
+            PYTHON,
+            "-m",
+            "torch_onnx_conformance",
+            "run",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+        ),
         *("--results", str(results), "--reports-out", str(reports), *args),
     ]
 
@@ -294,7 +303,9 @@ def test_a_collection_error_exit_2_touches_no_file(earlier_run, tmp_path):
     broken.parent.mkdir()
     broken.write_text("this is not python\n")
     before = _snapshot(tmp_path)
-    proc = _conformance(results, reports, "-n", "0", "-p", "conformance.plugin", str(broken))
+    proc = _conformance(
+        results, reports, "-n", "0", "-p", "torch_onnx_conformance.conformance.plugin", str(broken)
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert _snapshot(tmp_path) == before
 
@@ -477,7 +488,7 @@ def test_a_huge_allocation_costs_one_row_and_nothing_else(tmp_path):
 def linear_program():
     import torch
 
-    import exporter
+    from torch_onnx_conformance import exporter
 
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64).eval()
@@ -560,8 +571,19 @@ def test_planted_model_faults_each_cost_one_row_and_the_run_goes_on(tmp_path):
     proc = _conformance(
         results,
         reports,
-        *("-n", "0", "--model-cases", str(ROOT / "conformance" / "planted.py")),
-        *("--shapes", "static", "--case-memory", "4G", "conformance/test_models.py"),
+        *(
+            "-n",
+            "0",
+            "--model-cases",
+            str(ROOT / "torch_onnx_conformance" / "conformance" / "planted.py"),
+        ),
+        *(
+            "--shapes",
+            "static",
+            "--case-memory",
+            "4G",
+            "torch_onnx_conformance/conformance/test_models.py",
+        ),
         *(arg for fault in faults for arg in ("--models", f"planted/{fault}")),
         timeout=600,
     )
@@ -581,7 +603,7 @@ def test_planted_model_faults_each_cost_one_row_and_the_run_goes_on(tmp_path):
 
 
 def test_the_run_keeps_pytests_cache_out_of_the_checkout_unless_asked_for():
-    from conformance.__main__ import build_pytest_command
+    from torch_onnx_conformance.conformance.__main__ import build_pytest_command
 
     plain = build_pytest_command(["--planted", "pass"], None)
     assert plain[plain.index("no:cacheprovider") - 1] == "-p"

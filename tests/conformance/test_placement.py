@@ -1,4 +1,4 @@
-"""``python -m conformance placement`` (conformance/placement.py, over the exporter's
+"""``python -m torch_onnx_conformance placement`` (torch_onnx_conformance/conformance/placement.py, over the exporter's
 prediction) and the GPU check's script, .ci/gpu_check.py, with its dry run on CPU."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from conformance import placement
-from conformance.__main__ import main as conformance_main
 from tests.exporter.diagnostics.test_placement import _model, _x, _y
+from torch_onnx_conformance.conformance import placement
+from torch_onnx_conformance.conformance.__main__ import main as conformance_main
 
 
 def test_cli_last_line_and_reasons(tmp_path, capsys):
@@ -104,7 +104,7 @@ def test_pack_keeps_the_package_and_recompresses_the_cuda_library(tmp_path):
 
 
 def test_slice_covers_every_op_family_opsets_and_dtypes(tmp_path):
-    from conformance.families import op_family
+    from torch_onnx_conformance.conformance.families import op_family
 
     gpu_check = _gpu_check()
     families = {op_family(op) for op in gpu_check.SLICE_OPS}
@@ -154,9 +154,9 @@ def test_dry_run_end_to_end_on_cpu(tmp_path):
 
 
 def test_cuda_rows_compare_without_tf32_and_with_their_own_float16_row():
-    from conformance.op_cases import OP_TOLERANCES_PATH
-    from conformance.session import CUDA_OPTIONS
-    from exporter.diagnostics.compare import load_policy
+    from torch_onnx_conformance.conformance.op_cases import OP_TOLERANCES_PATH
+    from torch_onnx_conformance.conformance.session import CUDA_OPTIONS
+    from torch_onnx_conformance.exporter.diagnostics.compare import load_policy
 
     assert CUDA_OPTIONS["use_tf32"] == "0"
     policy = load_policy(OP_TOLERANCES_PATH)

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conformance.progress import Progress, format_duration
+from torch_onnx_conformance.conformance.progress import Progress, format_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_progress_under_xdist_counts_every_case_of_the_run(tmp_path):
     (tmp_path / "conftest.py").write_text(
         textwrap.dedent(
             """
-            from conformance import progress
+            from torch_onnx_conformance.conformance import progress
 
             def pytest_addoption(parser):
                 progress.pytest_addoption(parser)
@@ -112,7 +112,7 @@ def test_progress_under_xdist_counts_every_case_of_the_run(tmp_path):
 
 
 def test_no_cuda_runtime_warning_from_the_opinfo_import():
-    code = "from conformance.op_cases import op_db; op_db()"
+    code = "from torch_onnx_conformance.conformance.op_cases import op_db; op_db()"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
         check=False,

@@ -1,4 +1,4 @@
-"""The hand-written quantization op infos (``conformance/quantized_ops.py``): found without
+"""The hand-written quantization op infos (``torch_onnx_conformance/conformance/quantized_ops.py``): found without
 PyTorch's OpInfo database, all taken by a default run, built into modules that compute the op,
 and judged by the ``[codes]`` rule of the policy file."""
 
@@ -8,11 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from conformance import op_cases, quantized_ops
-from conformance.families import op_family
-from conformance.op_cases import OP_TOLERANCES_PATH, OpCase, build_op_call, opinfo_name
-from conformance.runner import run_case
-from exporter.diagnostics.compare import compare_outputs, load_policy
+from torch_onnx_conformance.conformance import op_cases, quantized_ops
+from torch_onnx_conformance.conformance.families import op_family
+from torch_onnx_conformance.conformance.op_cases import (
+    OP_TOLERANCES_PATH,
+    OpCase,
+    build_op_call,
+    opinfo_name,
+)
+from torch_onnx_conformance.conformance.runner import run_case
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_outputs, load_policy
 
 NAMES = [opinfo_name(info) for info in quantized_ops.INFOS]
 

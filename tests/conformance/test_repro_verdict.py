@@ -1,10 +1,10 @@
-"""``python -m conformance repro`` judges the replayed outcome as a run would: an expected
+"""``python -m torch_onnx_conformance repro`` judges the replayed outcome as a run would: an expected
 failure says so (and the command exits 0), a pass an entry expects to fail is an xpass."""
 
 from __future__ import annotations
 
-from conformance.op_cases import parse_case_id
-from conformance.repro import judge_replay
+from torch_onnx_conformance.conformance.op_cases import parse_case_id
+from torch_onnx_conformance.conformance.repro import judge_replay
 
 SPARSE = "op::to_sparse::s000::f32::static::opset20::cpu::ours"
 ABS = "op::abs::s000::f32::static::opset20::cpu::ours"

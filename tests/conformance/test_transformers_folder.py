@@ -1,4 +1,4 @@
-"""A local transformers folder as a user case (``conformance/transformers_folder.py``): the
+"""A local transformers folder as a user case (``torch_onnx_conformance/conformance/transformers_folder.py``): the
 class and inputs chosen from the config, the folder's weights used when present, clear errors,
 and one run through the command line."""
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 import transformers
 
-from conformance import model_cases, user_cases
-from conformance.__main__ import project_args
+from torch_onnx_conformance.conformance import model_cases, user_cases
+from torch_onnx_conformance.conformance.__main__ import project_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = {"input_ids", "attention_mask"}
@@ -178,7 +178,7 @@ def test_the_rows_name_weights_the_folder_lacks_or_the_class_does_not_use(tmp_pa
 
 
 def test_the_notes_list_a_few_weight_names_and_count_the_rest(tmp_path, monkeypatch):
-    from conformance import transformers_folder
+    from torch_onnx_conformance.conformance import transformers_folder
 
     monkeypatch.setattr(transformers_folder, "LISTED_WEIGHTS", 2)
     unused = user_cases.ModelCase.from_transformers_folder(
@@ -272,7 +272,7 @@ def test_a_folder_runs_through_the_command_line(tmp_path):
     }
 
     def conformance(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-P", "-m", "conformance", "run", *args, "-n", "0"]
+        command = [sys.executable, "-P", "-m", "torch_onnx_conformance", "run", *args, "-n", "0"]
         return subprocess.run(
             command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
         )

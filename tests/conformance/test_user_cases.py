@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import model_cases, user_cases
+from torch_onnx_conformance.conformance import model_cases, user_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### Test your own models"
@@ -45,7 +45,9 @@ def _console_script(bin_dir: Path) -> Path:
         return installed.parent
     bin_dir.mkdir()
     shim = bin_dir / "onnx-conformance"
-    code = "import sys; from conformance.__main__ import main; sys.exit(main())"
+    code = (
+        "import sys; from torch_onnx_conformance.conformance.__main__ import main; sys.exit(main())"
+    )
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -c "{code}" "$@"\n')
     shim.chmod(0o755)
     return bin_dir
@@ -65,11 +67,13 @@ def _bash(script: str, folder: Path, env: dict[str, str]) -> subprocess.Complete
 
 @pytest.mark.slow
 def test_the_suites_readme_points_users_to_their_own_cases():
-    # conformance/README.md's section names the README's walk-through, the --cases forms, the
+    # torch_onnx_conformance/conformance/README.md's section names the README's walk-through, the --cases forms, the
     # pyproject table and its keys, and the modules behind them, all as they are
-    from conformance.__main__ import PROJECT_KEYS
+    from torch_onnx_conformance.conformance.__main__ import PROJECT_KEYS
 
-    text = (ROOT / "conformance" / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "torch_onnx_conformance" / "conformance" / "README.md").read_text(
+        encoding="utf-8"
+    )
     start = text.index("\n## Your own models\n")
     section = text[start : text.index("\n## ", start + 1)]
     assert 'README.md "Test your own models"' in section and SECTION in (
@@ -77,7 +81,10 @@ def test_the_suites_readme_points_users_to_their_own_cases():
     ).read_text(encoding="utf-8")
     assert "`--cases FILE|MODULE|FOLDER`" in section and "`[tool.onnx-conformance]`" in section
     for module in ("user_cases.py", "transformers_folder.py"):
-        assert f"`{module}`" in section and (ROOT / "conformance" / module).is_file()
+        assert (
+            f"`{module}`" in section
+            and (ROOT / "torch_onnx_conformance" / "conformance" / module).is_file()
+        )
     for key in ("cases", "opsets", "expectations", "results", "reports-out"):
         assert f"`{key}`" in section and key in PROJECT_KEYS
 
@@ -164,7 +171,7 @@ def test_module_cases_load_with_the_cwd_last_on_the_path(tmp_path, monkeypatch):
         tmp_path / "my_cases_mod.py",
         """
         import torch
-        from conformance.user_cases import ModelCase
+        from torch_onnx_conformance.conformance.user_cases import ModelCase
 
         def model_cases():
             return [ModelCase("mod/id", lambda: (torch.nn.Identity(), (torch.ones(2),), {}))]
@@ -322,7 +329,7 @@ def test_zoo_cases_run_beside_the_users_only_with_zoo(tmp_path):
         tmp_path / "cases.py",
         """
         import torch
-        from conformance.user_cases import ModelCase
+        from torch_onnx_conformance.conformance.user_cases import ModelCase
 
         def model_cases():
             return [ModelCase("mine/id", lambda: (torch.nn.Identity(), (torch.ones(2),), {}))]

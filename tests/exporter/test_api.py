@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-import exporter
-from exporter import _metadata
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _metadata
 
 
 class MLPModel(nn.Module):

@@ -7,10 +7,10 @@ import warnings
 import pytest
 import torch
 
-import exporter
-from exporter import CaptureCache
-from exporter._capture_cache import Captured, fingerprint
-from exporter._errors import InvalidExportArgumentsError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import CaptureCache
+from torch_onnx_conformance.exporter._capture_cache import Captured, fingerprint
+from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
 
 
 class Net(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""Capture of functions whose checks read tensor data (exporter/_capture_rewrites.py), the
+"""Capture of functions whose checks read tensor data (torch_onnx_conformance/exporter/_capture_rewrites.py), the
 with_effects translation and the in-place polygamma overload."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import exporter
-from exporter._capture_rewrites import _corrcoef, _cov, _gaussian_nll_loss
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._capture_rewrites import _corrcoef, _cov, _gaussian_nll_loss
 
 AUTO = torch.export.Dim.AUTO
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
+from torch_onnx_conformance import exporter
 
 
 class AddTwo(torch.nn.Module):

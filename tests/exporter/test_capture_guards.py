@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
 from tests.op_check import check_op
+from torch_onnx_conformance import exporter
 
 AUTO = Dim.AUTO
 

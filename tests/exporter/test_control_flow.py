@@ -6,8 +6,8 @@ import torch
 from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
-from exporter import _decompose
 from tests.op_check import check_op
+from torch_onnx_conformance.exporter import _decompose
 
 
 class Cond(torch.nn.Module):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from onnxscript import opset18 as op
 
-import exporter
-from exporter.ops import Registry, register
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.ops import Registry, register
 
 
 @torch.library.custom_op("customtest::scaled_add", mutates_args=())
@@ -292,7 +292,7 @@ needs_grouped_mm = pytest.mark.skipif(
 
 @needs_grouped_mm
 def test_branch_free_grouped_mm_equals_the_library_kernel_with_an_empty_group():
-    from exporter._decompose import traceable_implementation
+    from torch_onnx_conformance.exporter._decompose import traceable_implementation
 
     stand_in, how = traceable_implementation(_GROUPED_MM.default)
     assert how == "a branch-free equivalent of its implementation"

@@ -1,6 +1,6 @@
 """torchvision detection models export with default arguments and match eager.
 
-The capture patches (exporter/_capture_patches.py) replace the torchvision functions
+The capture patches (torch_onnx_conformance/exporter/_capture_patches.py) replace the torchvision functions
 torch.export cannot capture; export applies them itself to a detection model (the SSDlite test
 applies them around ``exporter.export``, the way a user can for a model export does not
 recognise). Detections are compared up
@@ -17,14 +17,14 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
-from exporter._capture_patches import (
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._capture_patches import (
     CAPTURE_PATCHES,
     patches_for,
     resolve,
     torchvision_detection_patches,
 )
-from exporter.diagnostics.detection_match import match_detections
+from torch_onnx_conformance.exporter.diagnostics.detection_match import match_detections
 
 torchvision = pytest.importorskip("torchvision")
 detection = torchvision.models.detection
@@ -34,7 +34,7 @@ detection = torchvision.models.detection
 def build(name: str) -> torch.nn.Module:
     """A small random-init detector with non-degenerate, unsaturated class scores (built once
     per test session: construction and BatchNorm calibration dominate these tests' time)."""
-    from model_zoo.init import calibrate_batch_norm_, reinit_
+    from torch_onnx_conformance.model_zoo.init import calibrate_batch_norm_, reinit_
 
     if name.startswith("fasterrcnn"):
         kwargs = {"num_classes": 3, "box_score_thresh": 0.0, "box_detections_per_img": 20}
@@ -199,7 +199,7 @@ def test_patches_turned_off_fail_capture_and_name_the_patch_and_line():
 def test_mask_paste_patch_equals_torchvision(count):
     from torchvision.models.detection import roi_heads
 
-    from exporter._capture_patches import _paste_masks_in_image
+    from torch_onnx_conformance.exporter._capture_patches import _paste_masks_in_image
 
     generator = torch.Generator().manual_seed(count)
     masks = torch.rand(count, 1, 28, 28, generator=generator)
@@ -218,7 +218,7 @@ def test_keypoint_patch_equals_torchvision(count):
     # resize both shrinks and enlarges, and RoIs differ in size (the padded grid is masked).
     from torchvision.models.detection import roi_heads
 
-    from exporter._capture_patches import _heatmaps_to_keypoints
+    from torch_onnx_conformance.exporter._capture_patches import _heatmaps_to_keypoints
 
     generator = torch.Generator().manual_seed(count)
     maps = torch.randn(count, 5, 56, 56, generator=generator)
@@ -234,7 +234,7 @@ def test_keypoint_patch_equals_torchvision(count):
 def test_keypoint_resize_patch_equals_torchvision():
     from torchvision.models.detection import transform
 
-    from exporter._capture_patches import _resize_keypoints
+    from torch_onnx_conformance.exporter._capture_patches import _resize_keypoints
 
     keypoints = torch.rand(4, 5, 3, generator=torch.Generator().manual_seed(0)) * 100
     expected = transform.resize_keypoints(keypoints, [128, 111], [120, 104])
@@ -251,7 +251,7 @@ def test_zoo_detection_cases_reproduce_their_detections_in_float64(name):
     # survive NMS (model_zoo.torchvision_cases._damp_residual_branches).
     import copy
 
-    from model_zoo import registry
+    from torch_onnx_conformance.model_zoo import registry
 
     case = registry.get(f"torchvision/{name}")
     model, _, _ = case.build()

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
-from exporter import _dynamic_shapes
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _dynamic_shapes
 
 
 class SqueezeBatchOfOne(torch.nn.Module):

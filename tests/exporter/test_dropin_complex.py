@@ -13,8 +13,8 @@ import warnings
 import pytest
 import torch
 
-import exporter
-from exporter._errors import UnsupportedOpError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._errors import UnsupportedOpError
 
 real_view = torch.view_as_real
 as_complex = torch.view_as_complex

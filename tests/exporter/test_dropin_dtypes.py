@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
-import exporter
-from exporter._dtypes import UnsupportedDtypeError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._dtypes import UnsupportedDtypeError
 
 FLOAT8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz]
 

@@ -12,8 +12,8 @@ import warnings
 import pytest
 import torch
 
-import exporter
-from exporter import InvalidExportArgumentsError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import InvalidExportArgumentsError
 
 
 class Add(torch.nn.Module):
@@ -174,7 +174,7 @@ def test_meta_weights_into_bytesio_name_the_weights():
 
 
 def test_serialized_size_estimate_is_close_to_the_real_size():
-    from exporter._program import serialized_size_estimate
+    from torch_onnx_conformance.exporter._program import serialized_size_estimate
 
     program = exporter.export(torch.nn.Linear(64, 32).eval(), (torch.randn(2, 64),))
     real = len(program.model_proto.SerializeToString())

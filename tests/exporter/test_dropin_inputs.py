@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
+from torch_onnx_conformance import exporter
 
 
 def _torch_onnx(model, args, **options):

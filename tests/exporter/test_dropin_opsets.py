@@ -14,9 +14,9 @@ import onnx
 import pytest
 import torch
 
-import exporter
-from exporter._errors import InvalidExportArgumentsError
-from exporter._opset_convert import OpsetConversionError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
+from torch_onnx_conformance.exporter._opset_convert import OpsetConversionError
 
 
 class Block(torch.nn.Module):

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
-from exporter._program import fits_one_protobuf
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._program import fits_one_protobuf
 
 X = torch.randn(2, 64)
 

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from exporter import _dtypes
+from torch_onnx_conformance.exporter import _dtypes
 
 
 def test_to_numpy_keeps_the_types_numpy_lacks_and_takes_plain_values():

@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-import exporter
-from exporter import InvalidExportArgumentsError, UnsupportedOpError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import InvalidExportArgumentsError, UnsupportedOpError
 
 
 class AddOne(torch.nn.Module):

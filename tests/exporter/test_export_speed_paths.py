@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import exporter
-from exporter import _decompose
 from tests.op_check import check_op, dims, dynamic, tensor_maker
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _decompose
 
 r = tensor_maker(low=-3, high=3)
 torch.manual_seed(0)
@@ -119,8 +119,8 @@ _HEAVY = ("onnxruntime", "transformers", "torchvision", "onnxscript")
 
 _IMPORTED_AFTER = """
 import json, sys
-import exporter
-seen = {"import exporter": [m for m in HEAVY if m in sys.modules]}
+from torch_onnx_conformance import exporter
+seen = {"from torch_onnx_conformance import exporter": [m for m in HEAVY if m in sys.modules]}
 import torch
 exporter.export
 seen["exporter.export"] = [m for m in HEAVY if m in sys.modules]
@@ -142,7 +142,7 @@ def test_heavy_libraries_load_only_when_an_export_needs_them():
         cwd=Path(__file__).resolve().parents[2],  # this checkout's exporter
     )
     seen = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert seen["import exporter"] == []
+    assert seen["from torch_onnx_conformance import exporter"] == []
     assert seen["exporter.export"] == []
     assert seen["an unoptimized export"] == []
     # The optimizer is onnxscript's; onnxruntime stays out until someone runs the model.

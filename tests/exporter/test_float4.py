@@ -21,8 +21,8 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-import exporter
-from exporter import _dtypes
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _dtypes
 
 _X = torch.tensor([[0x21, 0xF3, 0x07]], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
 _W = torch.tensor([[0x5A, 0x0C]], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)

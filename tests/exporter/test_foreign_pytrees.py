@@ -19,8 +19,6 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-import exporter
-from exporter import _caches
 from tests.exporter.test_kv_cache import (
     _SHAPES,
     _llama,
@@ -28,6 +26,8 @@ from tests.exporter.test_kv_cache import (
     _step_inputs,
     assert_step_matches_eager,
 )
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _caches
 
 transformers = pytest.importorskip("transformers")
 exporter_dynamo = pytest.importorskip("transformers.exporters.exporter_dynamo")

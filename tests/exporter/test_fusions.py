@@ -1,4 +1,4 @@
-"""The rewrites into opset 23's fused ops (exporter/_fusions.py): each fires on the decomposed
+"""The rewrites into opset 23's fused ops (torch_onnx_conformance/exporter/_fusions.py): each fires on the decomposed
 form transformers writes, the fused graph matches eager, a form the fused op cannot express is
 left alone, and below opset 23 nothing is fused (RMSNorm takes the form onnxruntime fuses itself)."""
 
@@ -12,9 +12,8 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
 
-import exporter
-import model_zoo
 from tests.op_check import check_op, op_types, tensor_maker
+from torch_onnx_conformance import exporter, model_zoo
 
 r = tensor_maker(seed_stride=5)
 DYN = torch.export.Dim.DYNAMIC

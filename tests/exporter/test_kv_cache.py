@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-import exporter
-from exporter.diagnostics import generation
-from model_zoo.transformers_cases import MAMBA_CONFIG
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import generation
+from torch_onnx_conformance.model_zoo.transformers_cases import MAMBA_CONFIG
 
 transformers = pytest.importorskip("transformers")
 

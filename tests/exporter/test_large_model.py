@@ -12,8 +12,8 @@ import safetensors
 import safetensors.torch
 import torch
 
-import exporter
-from exporter._errors import InvalidExportArgumentsError
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import exporter
-from exporter import _decompose
 from tests.exporter.test_custom_ops import Experts
 from tests.op_check import check_op, dims
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _decompose
 
 
 @pytest.fixture

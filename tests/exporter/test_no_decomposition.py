@@ -21,9 +21,8 @@ import warnings
 import pytest
 import torch
 
-import exporter
-import model_zoo
 from tests.op_check import run_onnx
+from torch_onnx_conformance import exporter, model_zoo
 
 #: The tier whose cases run (a capture each: seconds on a quiet machine); the others are skipped.
 TIER = os.environ.get("ZOO_TIER", "smoke")
@@ -39,7 +38,13 @@ def _in_scope(case: model_zoo.ModelCase) -> bool:
 
 def decomposition_reasons(case: model_zoo.ModelCase) -> list[str]:
     """What would make the exporter decompose the case's captured program (empty: nothing)."""
-    from exporter import _capture, _capture_patches, _decompose, _dynamic_shapes, _validate
+    from torch_onnx_conformance.exporter import (
+        _capture,
+        _capture_patches,
+        _decompose,
+        _dynamic_shapes,
+        _validate,
+    )
 
     module, args, kwargs = case.build()
     factory = case.custom_translation_table_factory

@@ -1,4 +1,4 @@
-"""Graph outputs named after what forward() returned (exporter/_output_names.py).
+"""Graph outputs named after what forward() returned (torch_onnx_conformance/exporter/_output_names.py).
 
 ModelOutput and dict keys, namedtuple fields, ``output.<position>`` for a tuple or list at the
 top, ``present.<layer>.<kind>`` for a transformers cache; a bare tensor keeps its FX name.
@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-import exporter
-from exporter import _output_names
-from exporter._translate import FX_VALUES_KEY
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _output_names
+from torch_onnx_conformance.exporter._translate import FX_VALUES_KEY
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -7,7 +7,7 @@ import pytest
 from onnxscript import rewriter
 from onnxscript.rewriter import pattern
 
-from exporter import _passes
+from torch_onnx_conformance.exporter import _passes
 
 
 def _two_halves_and_others(others: int) -> ir.Model:

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
-from exporter import _pipeline, _validate
-from exporter._errors import InvalidExportArgumentsError
-from exporter._record import ExportRecord
-from exporter.ops._opsets import DEFAULT_OPSET
-from exporter.stages import RECORD_STAGES, VERIFY_STAGES, Stage
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _pipeline, _validate
+from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
+from torch_onnx_conformance.exporter._record import ExportRecord
+from torch_onnx_conformance.exporter.ops._opsets import DEFAULT_OPSET
+from torch_onnx_conformance.exporter.stages import RECORD_STAGES, VERIFY_STAGES, Stage
 
 
 class Add(torch.nn.Module):

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
+from torch_onnx_conformance import exporter
 
 
 class Three(torch.nn.Module):

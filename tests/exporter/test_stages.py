@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from exporter._record import STAGES as RECORD_STAGES
-from exporter.stages import CASE_STAGES, Stage, stage_named
-from reports.rows import STAGES as ROW_STAGES
-from reports.rows import CaseResult
+from torch_onnx_conformance.exporter._record import STAGES as RECORD_STAGES
+from torch_onnx_conformance.exporter.stages import CASE_STAGES, Stage, stage_named
+from torch_onnx_conformance.reports.rows import STAGES as ROW_STAGES
+from torch_onnx_conformance.reports.rows import CaseResult
 
 
 def test_rows_and_records_speak_the_same_names():
@@ -68,7 +68,7 @@ def test_the_vocabulary_loads_without_torch():
     for torch and the op library to do it."""
     code = (
         "import sys, reports.rows, conformance.plugin, exporter.stages; "
-        "print(sorted(m for m in ('torch', 'exporter.ops') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'torch_onnx_conformance.exporter.ops') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-import exporter
-from exporter import _caches
 from tests.exporter.test_kv_cache import _LLAMA, _llama
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter import _caches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")

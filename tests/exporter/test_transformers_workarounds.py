@@ -5,7 +5,7 @@ tracing, hooks a private torch.onnx step to rewrite the FX graph, overrides torc
 and edits the ONNX IR afterwards. Each case below is the model pattern one of those workarounds
 exists for, exported by ours with no workaround and checked against eager. A pattern ours cannot
 export yet is an xfail with the reason, so it shows in the run instead of passing silently.
-conformance/MODELS.md ("transformers' torch.onnx workarounds") maps every workaround to its case.
+torch_onnx_conformance/conformance/MODELS.md ("transformers' torch.onnx workarounds") maps every workaround to its case.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import model_zoo
-from exporter.diagnostics import generation
+from torch_onnx_conformance import model_zoo
+from torch_onnx_conformance.exporter.diagnostics import generation
 
 transformers = pytest.importorskip("transformers")
 
@@ -72,7 +72,7 @@ def test_greedy_prompt_starts_from_an_empty_cache_of_the_model_layout():
 
 @pytest.mark.slow
 def test_greedy_generation_of_a_zoo_case_through_its_export():
-    import exporter
+    from torch_onnx_conformance import exporter
 
     case = model_zoo.get("transformers/gpt2-kv")
     module, args, kwargs = case.build()

@@ -12,9 +12,9 @@ import torch.utils._pytree as pytree
 import torchvision
 from torch import nn
 
-import model_zoo
-from model_zoo import registry, shapes, vacuity
-from model_zoo.init import calibrate_batch_norm_, reinit_
+from torch_onnx_conformance import model_zoo
+from torch_onnx_conformance.model_zoo import registry, shapes, vacuity
+from torch_onnx_conformance.model_zoo.init import calibrate_batch_norm_, reinit_
 
 CHEAP_CASES = [case.name for case in model_zoo.cases("default")]
 

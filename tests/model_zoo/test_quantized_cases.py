@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-import exporter
-from exporter.diagnostics import ort_fusion
-from exporter.diagnostics.compare import compare_in_steps
-from model_zoo import quantized_cases
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import ort_fusion
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_in_steps
+from torch_onnx_conformance.model_zoo import quantized_cases
 
 pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
 
@@ -74,8 +74,8 @@ def test_quantized_residual_adds_fuse_every_conv_and_the_add():
 
 # ------------------------------------------------- the structure rule and the expected kernels
 def test_the_graph_holds_the_programs_quantize_and_dequantize():
-    from exporter.diagnostics import quantized_structure as qs
-    from exporter.diagnostics.compare import compare_quantization_structure
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics.compare import compare_quantization_structure
 
     model, _, proto, _ = _exported(residual_adds=True)
     program = qs.program_quantization(model.program)
@@ -93,8 +93,8 @@ def test_the_graph_holds_the_programs_quantize_and_dequantize():
 def test_the_structure_rule_names_a_dequantize_the_graph_lost_and_a_changed_zero_point():
     import onnx
 
-    from exporter.diagnostics import quantized_structure as qs
-    from exporter.diagnostics.compare import compare_quantization_structure
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics.compare import compare_quantization_structure
 
     model, _, proto, _ = _exported(residual_adds=True)
     broken = onnx.ModelProto()
@@ -119,7 +119,7 @@ def test_the_structure_rule_names_a_dequantize_the_graph_lost_and_a_changed_zero
 
 
 def test_expected_kernels_follow_the_programs_qdq_groups():
-    from exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
 
     inductor, _, _, _ = _exported(residual_adds=False)
     onnxruntime, _, _, _ = _exported(residual_adds=True)
@@ -144,7 +144,7 @@ def test_check_quantized_export_reports_structure_and_fusion_in_the_row(tmp_path
 
 
 def test_the_quantized_tier_runs_in_the_default_tier_static_and_dynamic_in_float32_only():
-    from conformance import model_cases
+    from torch_onnx_conformance.conformance import model_cases
 
     one_of_each = {"opsets": [20], "providers": ["cpu"], "exporters": ["ours"], "optimize": [True]}
     selected = model_cases.collect(
@@ -209,7 +209,7 @@ def test_the_qadd_scheme_leaves_silu_and_excitation_float_between_the_convs():
 
 
 def test_quantized_activations_run_silu_and_excitation_on_uint8():
-    from exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
 
     model, x, proto, step = _excitation_exported(activations=True)
     # every silu became x * sigmoid(x) before prepare_pt2e, each quantized

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import model_zoo
-from model_zoo import transformers_auto
+from torch_onnx_conformance import model_zoo
+from torch_onnx_conformance.model_zoo import transformers_auto
 
 transformers = pytest.importorskip("transformers")
 

@@ -3,7 +3,7 @@ id, message and expectation reason."""
 
 from __future__ import annotations
 
-from reports.rows import CaseResult
+from torch_onnx_conformance.reports.rows import CaseResult
 
 PLANTED = "<img src=x onerror=window.__pwned=1><script>window.__pwned=1</script>"
 TOLERANCE_MESSAGE = (

@@ -1,4 +1,4 @@
-"""``python -m reports.diff OLD NEW``: status changes between two runs' rows."""
+"""``python -m torch_onnx_conformance.reports.diff OLD NEW``: status changes between two runs' rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from reports.diff import main
+from torch_onnx_conformance.reports.diff import main
 
 
 def _row(case_id: str, status: str, stage=None, signature=None) -> dict:
@@ -75,7 +75,13 @@ def test_same_statuses_exit_zero_whatever_the_details(tmp_path, capsys):
 
 def test_a_missing_folder_is_a_usage_error(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "reports.diff", str(tmp_path / "nope"), str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "torch_onnx_conformance.reports.diff",
+            str(tmp_path / "nope"),
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
     )

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from reports.html import build_site
-from reports.html.browser import chromium_paths
 from tests.reports.dashboard_rows import (
     PLANTED,
     TOLERANCE_MESSAGE,
@@ -20,6 +18,8 @@ from tests.reports.dashboard_rows import (
     small_run,
     synthetic_run,
 )
+from torch_onnx_conformance.reports.html import build_site
+from torch_onnx_conformance.reports.html.browser import chromium_paths
 
 pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
 pytestmark = pytest.mark.skipif(
@@ -33,7 +33,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from reports.html.browser import open_browser
+    from torch_onnx_conformance.reports.html.browser import open_browser
 
     driver = open_browser(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
@@ -41,7 +41,7 @@ def browser(tmp_path_factory):
 
 
 def open_site(driver, site: Path) -> None:
-    from reports.html.browser import open_site as load
+    from torch_onnx_conformance.reports.html.browser import open_site as load
 
     load(driver, site)
 
@@ -84,7 +84,10 @@ def test_matrix_cell_lists_cases_with_numbers_and_repro(browser, site, tmp_path)
     text = browser.find_element(By.ID, "cases-list").text
     assert TOLERANCE_MESSAGE in text  # numbers intact
     assert "alpha other than 1 is not lowered yet" in text
-    assert "python -m conformance repro op::add::s001::f32::static::opset20::cpu::ours" in text
+    assert (
+        "python -m torch_onnx_conformance repro op::add::s001::f32::static::opset20::cpu::ours"
+        in text
+    )
     assert browser.get_screenshot_as_file(str(tmp_path / "matrix.png"))
     assert (tmp_path / "matrix.png").stat().st_size > 1000
     assert console_errors(browser) == []
@@ -193,7 +196,7 @@ def test_planted_markup_is_text_and_never_runs(browser, site):
 
 
 def test_fifty_thousand_cases_load_fast(browser, tmp_path):
-    from reports.html.browser import measure_load
+    from torch_onnx_conformance.reports.html.browser import measure_load
 
     site = tmp_path / "big"
     build_site(synthetic_run(50_000), site)

@@ -6,10 +6,10 @@ import json
 import re
 from importlib import resources
 
-from reports.__main__ import main
-from reports.html.site import repro_command
-from reports.rows import append_row
 from tests.reports.dashboard_rows import PLANTED, small_run
+from torch_onnx_conformance.reports.__main__ import main
+from torch_onnx_conformance.reports.html.site import repro_command
+from torch_onnx_conformance.reports.rows import append_row
 
 
 def load_payload(path):
@@ -54,7 +54,7 @@ def test_cli_writes_site_split_per_family(tmp_path, capsys):
 
 
 def test_data_files_hold_no_markup(tmp_path):
-    from reports.html import build_site
+    from torch_onnx_conformance.reports.html import build_site
 
     build_site(small_run(), tmp_path)
     for path in (tmp_path / "data").glob("*.js"):
@@ -62,7 +62,7 @@ def test_data_files_hold_no_markup(tmp_path):
 
 
 def test_page_script_never_assigns_markup():
-    static = resources.files("reports.html").joinpath("static")
+    static = resources.files("torch_onnx_conformance.reports.html").joinpath("static")
     script = static.joinpath("dashboard.js").read_text(encoding="utf-8")
     assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", script)
     page = static.joinpath("index.html").read_text(encoding="utf-8")
@@ -70,7 +70,7 @@ def test_page_script_never_assigns_markup():
 
 
 def test_repro_command_quotes_the_id():
-    assert repro_command("op::a b'c") == "python -m conformance repro 'op::a b'\"'\"'c'"
+    assert repro_command("op::a b'c") == "python -m torch_onnx_conformance repro 'op::a b'\"'\"'c'"
 
 
 def test_html_needs_an_output(tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_html_needs_an_output(tmp_path, capsys):
 
 
 def test_a_damaged_history_is_read_as_far_as_it_goes(tmp_path, capsys):
-    from reports.html import build_site
+    from torch_onnx_conformance.reports.html import build_site
 
     old = tmp_path / "old"
     old.mkdir()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports import build_reports
-from reports.matrix_md import matrix_markdown
-from reports.rows import CaseResult
 from tests.reports.test_reports import tables as _tables
+from torch_onnx_conformance.reports import build_reports
+from torch_onnx_conformance.reports.matrix_md import matrix_markdown
+from torch_onnx_conformance.reports.rows import CaseResult
 
 
 def _row(op, opset, status, exporter="ours", sample=0, shapes="static", dtype="f32"):

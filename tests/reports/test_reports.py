@@ -15,13 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from conformance.case import parse_case
-from reports import build_reports, normalise_error, read_rows, render_markdown
-from reports.__main__ import main
-from reports.charts import error_points, model_times, stage_counts
-from reports.rows import CaseResult
-from reports.signatures import MAX_SIGNATURE_CHARS
-from reports.summary_md import MAX_DIFFERING_CASES, summary_markdown
+from torch_onnx_conformance.conformance.case import parse_case
+from torch_onnx_conformance.reports import (
+    build_reports,
+    normalise_error,
+    read_rows,
+    render_markdown,
+)
+from torch_onnx_conformance.reports.__main__ import main
+from torch_onnx_conformance.reports.charts import error_points, model_times, stage_counts
+from torch_onnx_conformance.reports.rows import CaseResult
+from torch_onnx_conformance.reports.signatures import MAX_SIGNATURE_CHARS
+from torch_onnx_conformance.reports.summary_md import MAX_DIFFERING_CASES, summary_markdown
 
 FIXTURE = Path(__file__).parents[1] / "data" / "rows_fixture.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -168,7 +173,7 @@ def test_side_by_side_counts_only_cases_every_exporter_ran(markdown):
 def test_side_by_side_lists_exactly_the_differing_cases(markdown):
     text = section(markdown["summary.md"], "Exporters side by side")
     ops = only_table(section(text, "Op cases where the exporters disagree"))
-    # The id is the failing exporter's full id: the one `python -m conformance repro` takes.
+    # The id is the failing exporter's full id: the one `python -m torch_onnx_conformance repro` takes.
     assert {row["case id (repro)"]: (row["ours"], row["torch-dynamo"]) for row in ops} == {
         "op::add::s000::f16::static::opset20::cpu::torch-dynamo": ("pass", "fail@compare"),
         "op::add::s001::f32::dynamic::opset20::cpu::torch-dynamo": ("pass", "fail@second-shape"),
@@ -381,7 +386,7 @@ def test_reports_write_no_xml_and_a_rebuild_drops_stale_charts(rows, tmp_path):
 def test_harness_junit_is_pytests_with_properties_numbers_and_file_line(tmp_path):
     """The harness's pytest command writes the JUnit file; under xdist (-n 2) it keeps each
     case's properties, the failure message as raised (numbers unmasked) and file/line."""
-    from conformance.__main__ import build_pytest_command
+    from torch_onnx_conformance.conformance.__main__ import build_pytest_command
 
     test_file = tmp_path / "test_cases.py"
     test_file.write_text(
@@ -448,7 +453,7 @@ def test_timing_chart_compares_only_models_every_exporter_exported(rows):
 
 def test_markdown_does_not_import_matplotlib():
     code = (
-        "import sys; from reports import read_rows, render_markdown; "
+        "import sys; from torch_onnx_conformance.reports import read_rows, render_markdown; "
         f"render_markdown(read_rows([{str(FIXTURE)!r}])); "
         "sys.exit(1 if 'matplotlib' in sys.modules else 0)"
     )
@@ -738,44 +743,44 @@ def test_summary_header_names_commit_command_versions_provider_and_opset(rows):
             "run_id": "20261124T030222052602-31089",
             "started": "2026-11-24T03:03:44+00:00",
             "commit": "a6a71b2deadb",
-            "command": "python -m conformance run --ops add",
+            "command": "python -m torch_onnx_conformance run --ops add",
         }
     ]
     summary = summary_markdown(rows, runs=runs)
     header = summary.split("## Unexpected results")[0]
     assert "Commit: `a6a71b2deadb`" in header
     assert "Run: 2026-11-24T03:03:44+00:00" in header
-    assert "Command: `python -m conformance run --ops add`" in header
+    assert "Command: `python -m torch_onnx_conformance run --ops add`" in header
     assert "Versions: torch 2.14.1 · onnx 1.23.2 · onnxruntime 1.31.1" in header
     assert "Provider: cpu · opset: 20" in header
     assert "commit and command unknown" in summary_markdown(rows).split("## Unexpected")[0]
 
 
 def test_manifest_records_commit_and_command(tmp_path, monkeypatch):
-    from conformance import runs
+    from torch_onnx_conformance.conformance import runs
 
-    monkeypatch.setenv(runs.COMMAND_ENV, "python -m conformance run --ops add")
+    monkeypatch.setenv(runs.COMMAND_ENV, "python -m torch_onnx_conformance run --ops add")
     path = runs.write_manifest(tmp_path, "20261124T000000000000-1", resume=False, cases=["a"])
     manifest = json.loads(path.read_text())
-    assert manifest["command"] == "python -m conformance run --ops add"
+    assert manifest["command"] == "python -m torch_onnx_conformance run --ops add"
     head = subprocess.run(
         ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
         cwd=Path(__file__).parent,
     ).stdout.strip()  # fmt: skip
     assert manifest["commit"].startswith(head)
     found = read_rows_with_runs(tmp_path)
-    assert found.runs[0]["command"] == "python -m conformance run --ops add"
+    assert found.runs[0]["command"] == "python -m torch_onnx_conformance run --ops add"
 
 
 def read_rows_with_runs(folder: Path):
-    from reports.rows import scan_rows
+    from torch_onnx_conformance.reports.rows import scan_rows
 
     return scan_rows([folder])
 
 
 def test_expected_failures_show_reason_and_link_to_their_entry(tmp_path):
-    from reports.expectation_links import ExpectationLinks
-    from reports.ops_md import ops_markdown
+    from torch_onnx_conformance.reports.expectation_links import ExpectationLinks
+    from torch_onnx_conformance.reports.ops_md import ops_markdown
 
     folder = tmp_path / "expectations"
     folder.mkdir()
@@ -810,8 +815,8 @@ def test_expectation_links_read_the_file_the_case_kind_names(tmp_path):
     """A row's entry is looked up in the file its kind's table row names (``CaseKind``), the
     one the harness judged it by: model rows in models-<exporter>.toml, op rows in
     <exporter>.toml; a kind the table does not know has no entry."""
-    from conformance.case import KINDS
-    from reports.expectation_links import ExpectationLinks, expectations_file
+    from torch_onnx_conformance.conformance.case import KINDS
+    from torch_onnx_conformance.reports.expectation_links import ExpectationLinks, expectations_file
 
     folder = tmp_path / "expectations"
     folder.mkdir()
@@ -840,8 +845,8 @@ def test_report_axis_orders_follow_the_harness_tables():
     """The order reports list axis values in is the harness's own: kinds as ``KINDS`` holds
     them (ops, then models), dtypes, shapes, providers and exporters as ``conformance.case``
     names them. Reports load without the harness, so they keep a copy this test holds equal."""
-    from conformance import case
-    from reports.tally import PREFERRED_ORDER
+    from torch_onnx_conformance.conformance import case
+    from torch_onnx_conformance.reports.tally import PREFERRED_ORDER
 
     assert PREFERRED_ORDER["kind"] == tuple(case.KINDS)
     assert PREFERRED_ORDER["dtype"] == case.DTYPES
@@ -851,7 +856,7 @@ def test_report_axis_orders_follow_the_harness_tables():
 
 
 def test_side_by_side_lists_kinds_in_the_kinds_order():
-    from reports.side_by_side import compare_exporters
+    from torch_onnx_conformance.reports.side_by_side import compare_exporters
 
     def row(kind: str, exporter: str) -> CaseResult:
         return CaseResult(

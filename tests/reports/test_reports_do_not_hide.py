@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import expectations as ex
-from conformance.case import row_facts
-from conformance.plugin import judge_outcome
-from reports.build import render_markdown
-from reports.charts import Chart, deciding_bound, draw, error_points
-from reports.rows import CaseResult
+from torch_onnx_conformance.conformance import expectations as ex
+from torch_onnx_conformance.conformance.case import row_facts
+from torch_onnx_conformance.conformance.plugin import judge_outcome
+from torch_onnx_conformance.reports.build import render_markdown
+from torch_onnx_conformance.reports.charts import Chart, deciding_bound, draw, error_points
+from torch_onnx_conformance.reports.rows import CaseResult
 
 UPSAMPLE_MESSAGE = (
     "output 0: 9/5508 elements exceed rtol=1e-05 atol=1e-05; max abs error 2.12e-05, max rel "
@@ -134,7 +134,7 @@ def test_error_chart_labels_never_overlap(tmp_path):
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from reports.charts import _draw_error_points
+    from torch_onnx_conformance.reports.charts import _draw_error_points
 
     figure = Figure(figsize=(12.0, 6.5))
     FigureCanvasAgg(figure)
@@ -177,26 +177,26 @@ def test_harness_error_is_never_an_expected_failure():
 
 def test_sparse_outputs_compare_by_value():
     torch = pytest.importorskip("torch")
-    from conformance.flat_io import to_numpy
+    from torch_onnx_conformance.conformance.flat_io import to_numpy
 
     dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
     assert (to_numpy(dense.to_sparse()) == dense.numpy()).all()
 
 
 def test_readme_holds_the_generated_tolerance_table():
-    from reports.tolerances import README, readme_block, tolerance_markdown
+    from torch_onnx_conformance.reports.tolerances import README, readme_block, tolerance_markdown
 
     copy = readme_block(README.read_text(encoding="utf-8"))
     assert copy is not None, "README.md lacks the tolerance table's markers"
     assert copy == tolerance_markdown(), (
-        "README.md's tolerance table is stale: python -m reports.tolerances --update README.md"
+        "README.md's tolerance table is stale: python -m torch_onnx_conformance.reports.tolerances --update README.md"
     )
     assert "| op cases | element | f32 | 1e-05 | 1e-05 |" in copy
     assert "Eager noise (model cases): rtol is raised to 4 x" in copy
 
 
 def test_every_report_links_the_tolerance_table(tmp_path):
-    from reports.tolerances import README
+    from torch_onnx_conformance.reports.tolerances import README
 
     out = README.parent / "reports" / "latest"
     for name, content in render_markdown([upsample()], out_dir=out).items():

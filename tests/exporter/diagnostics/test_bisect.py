@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import exporter
-from exporter._validate import registry_with as _registry_with
-from exporter.diagnostics import bisect as bisect_mod
-from exporter.diagnostics.verify import OnnxVerificationWarning
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._validate import registry_with as _registry_with
+from torch_onnx_conformance.exporter.diagnostics import bisect as bisect_mod
+from torch_onnx_conformance.exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
 

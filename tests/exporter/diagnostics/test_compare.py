@@ -1,12 +1,12 @@
-"""THE comparison rule (exporter/diagnostics/compare.py) and the op cases' tolerance policy."""
+"""THE comparison rule (torch_onnx_conformance/exporter/diagnostics/compare.py) and the op cases' tolerance policy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conformance.op_cases import OP_TOLERANCES_PATH
-from exporter.diagnostics.compare import (
+from torch_onnx_conformance.conformance.op_cases import OP_TOLERANCES_PATH
+from torch_onnx_conformance.exporter.diagnostics.compare import (
     SCALE,
     align_vector_signs,
     compare_arrays,
@@ -260,7 +260,7 @@ def test_histogram_counts_finite_errors_per_bin():
     want = np.array([1.0, 2.0, 3.0, np.inf], np.float32)
     got = np.array([1.0, 2.0 + 2e-6, 3.5, np.inf], np.float32)
     found = compare_arrays(want, got, rtol=0, atol=1e-3, histogram=True)
-    from exporter.diagnostics.compare import ERROR_BIN_LABELS
+    from torch_onnx_conformance.exporter.diagnostics.compare import ERROR_BIN_LABELS
 
     counts = dict(zip(ERROR_BIN_LABELS, found.histogram))
     assert counts["<1e-7"] == 1 and counts["<1e-5"] == 1 and counts["<1"] == 1
@@ -303,7 +303,10 @@ def test_distribution_rule_widens_for_values_that_move_together():
 
 
 def test_quantization_structure_compares_the_nodes_as_multisets():
-    from exporter.diagnostics.compare import QuantizationNode, compare_quantization_structure
+    from torch_onnx_conformance.exporter.diagnostics.compare import (
+        QuantizationNode,
+        compare_quantization_structure,
+    )
 
     activation = QuantizationNode("quantize", "uint8", (128,), "tensor", False)
     weight = QuantizationNode("dequantize", "int8", (0,), "axis 0", True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.op_cases import OP_TOLERANCES_PATH
-from exporter.diagnostics.compare import (
+from torch_onnx_conformance.conformance.op_cases import OP_TOLERANCES_PATH
+from torch_onnx_conformance.exporter.diagnostics.compare import (
     SCALE,
     ReferenceRule,
     compare_outputs,

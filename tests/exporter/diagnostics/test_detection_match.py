@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporter.diagnostics.detection_match import match_detections, match_flat_detections
+from torch_onnx_conformance.exporter.diagnostics.detection_match import (
+    match_detections,
+    match_flat_detections,
+)
 
 
 def _dets(scores, labels=None, shift=0.0, boxes=None):

@@ -1,4 +1,4 @@
-"""The CUDA placement prediction (exporter/diagnostics/placement.py) on models built for the
+"""The CUDA placement prediction (torch_onnx_conformance/exporter/diagnostics/placement.py) on models built for the
 purpose, its kernel table against onnxruntime's CPU wheel, and the export report's section."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from exporter.diagnostics import placement
-from exporter.diagnostics.placement_data import generate
+from torch_onnx_conformance.exporter.diagnostics import placement
+from torch_onnx_conformance.exporter.diagnostics.placement_data import generate
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=20) -> onnx.ModelProto:
@@ -343,7 +343,7 @@ def test_version_rule(start, end, since, matches):
 def test_export_report_gains_a_cuda_placement_section(tmp_path):
     import torch
 
-    import exporter
+    from torch_onnx_conformance import exporter
 
     class PoolRelu(torch.nn.Module):
         def forward(self, x):
@@ -406,7 +406,7 @@ def test_exporter_does_not_import_the_harness():
 
     root = Path(__file__).resolve().parents[3]
     importers = []
-    for path in sorted((root / "exporter").rglob("*.py")):
+    for path in sorted((root / "torch_onnx_conformance" / "exporter").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -414,4 +414,11 @@ def test_exporter_does_not_import_the_harness():
             if any(n.split(".")[0] == "conformance" for n in names):
                 importers.append(f"{path.relative_to(root)}:{node.lineno}")
     assert importers == []
-    assert (root / "exporter" / "diagnostics" / "placement_data" / "kernels.json").is_file()
+    assert (
+        root
+        / "torch_onnx_conformance"
+        / "exporter"
+        / "diagnostics"
+        / "placement_data"
+        / "kernels.json"
+    ).is_file()

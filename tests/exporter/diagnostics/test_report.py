@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import exporter
-from exporter._record import ExportRecord
-from exporter.diagnostics import report
 from tests.exporter.diagnostics.models import LinearSigmoid
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._record import ExportRecord
+from torch_onnx_conformance.exporter.diagnostics import report
 
 NAME = re.compile(r"onnx_export_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}-\d{6}_(\w+)\.md")
 

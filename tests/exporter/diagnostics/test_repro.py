@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-import exporter
-import exporter.diagnostics.compare
-from exporter.diagnostics import repro
+import torch_onnx_conformance.exporter.diagnostics.compare  # noqa: F401
 from tests.exporter.diagnostics.models import LinearSigmoid
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import repro
 
 aten = torch.ops.aten
 
@@ -192,7 +192,7 @@ def test_a_repro_folder_runs_no_pickle_it_holds(tmp_path):
 
 
 def test_a_failed_exports_rerun_script_loads_no_pickle(tmp_path):
-    from exporter._record import ExportRecord
+    from torch_onnx_conformance.exporter._record import ExportRecord
 
     model = LinearSigmoid().eval()
     program = torch.export.export(model, (torch.randn(2, 4),))
@@ -207,7 +207,7 @@ def test_a_failed_exports_rerun_script_loads_no_pickle(tmp_path):
     with np.load(folder / "weights.npz", allow_pickle=False) as weights:
         assert np.array_equal(weights["lin.weight"], model.lin.weight.detach().numpy())
     # The script rebuilds the program, and the export of it succeeds here.
-    env = {**os.environ, "PYTHONPATH": str(Path(exporter.__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(exporter.__file__).parents[2])}
     rerun = [sys.executable, "rerun_export.py"]
     done = subprocess.run(rerun, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "the export succeeds now" in done.stdout, done.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from exporter.diagnostics import second_shape
+from torch_onnx_conformance.exporter.diagnostics import second_shape
 
 
 def test_specialised_dims_names_only_dims_the_model_declares_fixed():

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-import exporter
-from exporter.diagnostics import verify
-from exporter.diagnostics.compare import ERROR_BIN_LABELS, Comparison
-from exporter.diagnostics.verify import OnnxVerificationWarning
 from tests.exporter.diagnostics.models import LinearSigmoid
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import verify
+from torch_onnx_conformance.exporter.diagnostics.compare import ERROR_BIN_LABELS, Comparison
+from torch_onnx_conformance.exporter.diagnostics.verify import OnnxVerificationWarning
 
 aten = torch.ops.aten
 VERIFY_STAGES = ("checker", "load", "run", "compare", "second-shape")

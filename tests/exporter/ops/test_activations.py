@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import exporter
 from tests.op_check import Lambda, check_op, dynamic, tensor_maker
+from torch_onnx_conformance import exporter
 
 r = tensor_maker(scale=3, seed_stride=11)
 

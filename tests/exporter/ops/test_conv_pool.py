@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import exporter
 from tests.op_check import check_op, dims, op_types, tensor_maker
+from torch_onnx_conformance import exporter
 
 r = tensor_maker(seed_stride=5, seed_counts_rank=True)
 
@@ -405,7 +405,7 @@ def test_max_pool2d_backward_and_adaptive_backward():
 
 
 def test_grid_sample_5d_needs_opset_20():
-    import exporter
+    from torch_onnx_conformance import exporter
 
     x, grid = r(1, 2, 3, 4, 5), r(1, 2, 3, 4, 3, seed=1).clamp(-1, 1)
     check_op(

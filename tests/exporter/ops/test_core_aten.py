@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from exporter import DEFAULT_REGISTRY
-from exporter._decompose import decomposition_table
-from exporter._translate import lookup
+from torch_onnx_conformance.exporter import DEFAULT_REGISTRY
+from torch_onnx_conformance.exporter._decompose import decomposition_table
+from torch_onnx_conformance.exporter._translate import lookup
 
 
 def core_overloads() -> list[torch._ops.OpOverload]:

@@ -13,8 +13,8 @@ import onnx
 import pytest
 import torch
 
-import exporter
 from tests.op_check import Lambda, check_op, dynamic, run_onnx, tensor_maker
+from torch_onnx_conformance import exporter
 
 r = tensor_maker(scale=2, low=-4, high=4, seed_stride=7, seed_counts_rank=True, unsigned_headroom=4)
 
@@ -794,7 +794,7 @@ def test_item_of_tensor():
 def test_translations_registered_for_symbolic_targets():
     import operator
 
-    from exporter import DEFAULT_REGISTRY
+    from torch_onnx_conformance.exporter import DEFAULT_REGISTRY
 
     for target in (
         operator.add,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import exporter
 from tests.op_check import Lambda, dynamic, run_onnx, static_and_dynamic, tensor_maker
+from torch_onnx_conformance import exporter
 
 r = tensor_maker()
 case_params = static_and_dynamic

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.fx
 
-from exporter import _translate
-from exporter.ops import _kernels, _reduce, _shape
-from exporter.ops._context import EVERY_OUTPUT, TranslationContext
-from exporter.ops._registry import DEFAULT_REGISTRY
+from torch_onnx_conformance.exporter import _translate
+from torch_onnx_conformance.exporter.ops import _kernels, _reduce, _shape
+from torch_onnx_conformance.exporter.ops._context import EVERY_OUTPUT, TranslationContext
+from torch_onnx_conformance.exporter.ops._registry import DEFAULT_REGISTRY
 
 
 def _graph_with_users(*, read: tuple[int, ...], dead: tuple[int, ...] = (), escape: bool = False):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporter.ops import histogram as histogram_ops
 from tests.op_check import check_op, dynamic, static_and_dynamic, tensor_maker
+from torch_onnx_conformance.exporter.ops import histogram as histogram_ops
 
 r = tensor_maker()
 
@@ -105,7 +105,7 @@ def test_histogram_opsets(opset):
 
 
 def test_meta_kernels_are_registered_while_exporting():
-    from exporter.ops._fake_kernels import installed
+    from torch_onnx_conformance.exporter.ops._fake_kernels import installed
 
     with installed():
         _check_meta_kernels()

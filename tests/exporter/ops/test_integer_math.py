@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import exporter
 from tests.op_check import Lambda, check_op, dynamic
+from torch_onnx_conformance import exporter
 
 INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
 OPS = {"gcd": torch.gcd, "lcm": torch.lcm}

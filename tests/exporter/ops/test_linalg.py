@@ -274,8 +274,8 @@ def test_det_and_inverse_across_opsets(opset):
 
 
 def run(fn, *args):
-    import exporter
     from tests.op_check import Lambda, run_onnx
+    from torch_onnx_conformance import exporter
 
     program = exporter.export(Lambda(fn), args, optimize=False)
     return [torch.from_numpy(out) for out in run_onnx(program, args)]
@@ -342,7 +342,7 @@ def test_elimination_uses_a_loop_for_symbolic_sizes():
 
 
 def test_lu_factors_are_refused_clearly():
-    import exporter
+    from torch_onnx_conformance import exporter
 
     class LuFactors(torch.nn.Module):
         def forward(self, a):

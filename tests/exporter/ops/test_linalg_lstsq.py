@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import exporter
-from exporter.ops import linalg_lstsq
 from tests.op_check import check_op, dynamic, static_and_dynamic
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.ops import linalg_lstsq
 
 AUTO = torch.export.Dim.AUTO
 
@@ -135,7 +135,7 @@ def test_svd_driver_with_more_rows_is_refused(driver):
 
 
 def test_fake_kernel_registers_once_and_only_while_exporting():
-    from exporter.ops._fake_kernels import installed
+    from torch_onnx_conformance.exporter.ops._fake_kernels import installed
 
     with installed():
         assert linalg_lstsq._register_fake() is None  # already there
@@ -146,7 +146,7 @@ def test_fake_kernel_registers_once_and_only_while_exporting():
 
 def test_fake_kernel_shapes_follow_eager():
     """Output shapes under fake tensors equal eager's for every driver with static shapes."""
-    from exporter.ops._fake_kernels import installed
+    from torch_onnx_conformance.exporter.ops._fake_kernels import installed
 
     cases = [((2, 3), (2, 3)), ((4, 3), (4, 2)), ((3, 3), (3,)), ((1, 2, 4), (3, 2, 2))]
     with installed():

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporter.ops import linalg_more
 from tests.op_check import check_op
+from torch_onnx_conformance.exporter.ops import linalg_more
 
 AUTO = Dim.AUTO
 
@@ -135,7 +135,7 @@ def test_ldl_solve_empty():
 
 # -------------------------------------------------------------------------------- geqrf
 def test_geqrf_meta_kernel_exists_only_while_exporting():
-    from exporter.ops._fake_kernels import installed
+    from torch_onnx_conformance.exporter.ops._fake_kernels import installed
 
     def has_meta():
         return torch._C._dispatch_has_kernel_for_dispatch_key("aten::geqrf", "Meta")

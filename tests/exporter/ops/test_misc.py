@@ -1,4 +1,4 @@
-"""Translations with no family (exporter/ops/misc.py) and the im2col empty-batch fix, against eager.
+"""Translations with no family (torch_onnx_conformance/exporter/ops/misc.py) and the im2col empty-batch fix, against eager.
 
 Fractional max pooling gets ``random_samples`` as an input so eager and ONNX see the same
 window placement; segment_reduce covers every reduction with and without ``initial`` and

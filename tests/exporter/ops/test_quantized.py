@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
 
-import exporter
-from exporter.diagnostics.compare import compare_codes, compare_in_steps
 from tests.op_check import Lambda, run_onnx, tensor_maker
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_codes, compare_in_steps
 
 qd = torch.ops.quantized_decomposed
 r = tensor_maker(seed_stride=7)

@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
-from exporter.diagnostics import ort_fusion
-from exporter.diagnostics.compare import compare_codes, compare_in_steps
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import ort_fusion
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_codes, compare_in_steps
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
 torchao_pt2e = pytest.importorskip("torchao.quantization.pt2e")
@@ -139,7 +139,7 @@ def test_quantized_integers_and_outputs_match_eager():
 
 def test_the_linear_with_a_float_bias_fuses_into_qgemm():
     # PT2E leaves a Linear's bias in float; onnxruntime's QGemm rule wants every Gemm input
-    # dequantized, so the export adds the bias after the Gemm (exporter/ops/_quantized_rewrites.py)
+    # dequantized, so the export adds the bias after the Gemm (torch_onnx_conformance/exporter/ops/_quantized_rewrites.py)
     model, x, program = _exported(bias=True)
     gemm = next(n for n in program.model.graph if n.op_type == "Gemm")
     assert len(gemm.inputs) == 2

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-import exporter
-from exporter._errors import TranslationError
 from tests.op_check import run_onnx
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter._errors import TranslationError
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
 torchao_pt2e = pytest.importorskip("torchao.quantization.pt2e")

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
-from exporter.diagnostics import ort_fusion
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics import ort_fusion
 
 quantization = pytest.importorskip("torchao.quantization")
 granularity = pytest.importorskip("torchao.quantization.granularity")
@@ -190,8 +190,8 @@ def test_an_int4_embedding_gathers_its_rows_before_dequantizing_them(opset):
 
 
 def _structure_mismatches(model, args, program):
-    from exporter.diagnostics import quantized_structure as qs
-    from exporter.diagnostics.compare import compare_quantization_structure
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics.compare import compare_quantization_structure
 
     captured = torch.export.export(model, args, strict=False)
     opset = program.model_proto.opset_import[0].version
@@ -234,7 +234,7 @@ _AFFINE_CASES = {
 
 @pytest.mark.parametrize("name", list(_AFFINE_CASES))
 def test_torchao_dynamic_quantization_is_quantizelinear_with_torchs_codes(name):
-    from exporter.diagnostics.compare import compare_codes
+    from torch_onnx_conformance.exporter.diagnostics.compare import compare_codes
 
     mapping, block, dtype, quant_range, opset, form = _AFFINE_CASES[name]
     model = AffineQuantize(mapping, block, dtype, quant_range).eval()
@@ -325,7 +325,7 @@ class ThreeProjections(torch.nn.Module):
 
 
 def test_quantizing_one_input_alike_for_three_projections_counts_once_on_both_sides():
-    from exporter.diagnostics import quantized_structure as qs
+    from torch_onnx_conformance.exporter.diagnostics import quantized_structure as qs
 
     torch.manual_seed(0)
     model = ThreeProjections().eval()

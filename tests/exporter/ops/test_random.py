@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import exporter
 from tests.op_check import Lambda, case_params, check_op, dynamic, run_onnx, tensor_maker
+from torch_onnx_conformance import exporter
 
 r = tensor_maker(low=-3, high=3)
 

@@ -1,5 +1,5 @@
 """Random ops judged by distribution at an opset with onnxruntime's own generators (20) and at
-one without them (23: the counter-based generator of exporter/ops/random.py).
+one without them (23: the counter-based generator of torch_onnx_conformance/exporter/ops/random.py).
 
 Each op is exported once and run in onnxruntime on an input large enough that one run gives
 thousands of values; eager draws the same shapes, and ``compare_distributions`` (the project's
@@ -16,10 +16,10 @@ import pytest
 import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-import exporter
-from exporter.diagnostics.compare import compare_distributions
-from exporter.ops import _kernels, random
 from tests.op_check import Lambda, run_onnx
+from torch_onnx_conformance import exporter
+from torch_onnx_conformance.exporter.diagnostics.compare import compare_distributions
+from torch_onnx_conformance.exporter.ops import _kernels, random
 
 OPSETS = (20, 23)
 N = 4000

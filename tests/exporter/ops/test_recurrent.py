@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-import exporter
 from tests.op_check import check_op, run_onnx
+from torch_onnx_conformance import exporter
 
 INPUT, HIDDEN = 4, 5
 DYNAMIC_INPUT = {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}

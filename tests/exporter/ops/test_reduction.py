@@ -242,7 +242,7 @@ CASES = [
         (torch.tensor([0.0, 1, 2, 3, 4, 4, 5, -1]),),
         None,
     ),
-    # Dynamic once exporter/ops/histogram.py registers the meta kernel torch lacks.
+    # Dynamic once torch_onnx_conformance/exporter/ops/histogram.py registers the meta kernel torch lacks.
     ("histogram", lambda x: torch.histogram(x, 6), (r(40),), (r(25),)),
     (
         "histogram_range_weight_density",

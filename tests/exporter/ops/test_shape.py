@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from exporter.ops import _shape
 from tests.op_check import check_op, dynamic, static_and_dynamic, tensor_maker
+from torch_onnx_conformance.exporter.ops import _shape
 
 r = tensor_maker()
 
@@ -306,7 +306,7 @@ def test_dynamic_reshape_reads_input_dims():
 
 
 def test_as_strided_before_view_start_is_a_clear_error():
-    import exporter
+    from torch_onnx_conformance import exporter
 
     base = torch.randn(10)
 

@@ -1,4 +1,4 @@
-"""Special functions (exporter/ops/special.py) against eager torch: wide value ranges, the
+"""Special functions (torch_onnx_conformance/exporter/ops/special.py) against eager torch: wide value ranges, the
 special points (poles, zeros, infinities, nan), a dynamic-shape case per family, and dtypes."""
 
 from __future__ import annotations

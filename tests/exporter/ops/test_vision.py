@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-import exporter
 from tests.op_check import Lambda, check_op
+from torch_onnx_conformance import exporter
 
 torchvision = pytest.importorskip("torchvision")
 ops = torchvision.ops
@@ -265,7 +265,7 @@ def test_translations_work_when_torchvision_is_imported_after_exporter():
     script = textwrap.dedent(
         """
         import sys
-        import exporter
+        from torch_onnx_conformance import exporter
         assert "torchvision" not in sys.modules, "importing exporter imported torchvision"
         import numpy as np
         import onnxruntime as ort

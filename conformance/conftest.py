@@ -1,6 +1,0 @@
-"""Registers the conformance plugin for runs of this directory (``pytest conformance``): its
-two module-level hooks register the objects that hold the others (``plugin.__all__``)."""
-
-from conformance.plugin import pytest_addoption, pytest_configure
-
-__all__ = ["pytest_addoption", "pytest_configure"]

@@ -1,0 +1,210 @@
+"""One capture, several exports: what capture and decomposition made of a model, kept under a
+key the caller chooses, so that exporting the same model and inputs again (at another opset)
+translates it instead of capturing it again.
+
+``export(..., capture_cache=cache, capture_key=key)``: the key is the caller's promise that
+every export under it captures the same thing (model, example inputs, dynamic shapes, capture
+patches); the cache also checks what it can cheaply (the inputs' shapes and dtypes, the
+dynamic shapes, the patches, the ops with a translation) and captures again where they differ.
+
+A kept program is handed out again only while it is as it was kept: its ``fingerprint``
+(graph nodes, signature, weights' identity and in-place versions, and the bytes of the small
+ones) is taken when kept and checked on each hit; an entry whose programs changed since is
+dropped and the export captures afresh. Translation reads the programs and does not write
+them: exports from one kept capture equal, byte for byte, exports that capture each time
+(``tests/exporter/test_capture_cache.py``).
+
+A small LRU (``maxsize`` entries) bounds the memory: a conformance case process keeps the
+captures of the cases just before (the other opsets of the same case come next).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+#: Weights up to this many bytes have their data in the fingerprint; larger ones their
+#: identity and version counter (an in-place write through torch bumps it).
+FINGERPRINT_DATA_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Captured:
+    """What the capture and decomposition stages of one export made: the pipeline's state
+    after them and what they put into the export record."""
+
+    captured: torch.export.ExportedProgram
+    decomposed: torch.export.ExportedProgram
+    narrowed: bool
+    untraceable: dict[str, str]
+    #: the record's fields the two stages set (``exporter._record.ExportRecord``)
+    record: dict[str, Any]
+    #: what the capture depended on (``signature``): a hit must match it
+    signature: tuple
+    #: ``fingerprint`` of the programs when kept: a hit must still match it
+    fingerprint: tuple
+
+
+@dataclasses.dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    #: hits refused: the request's signature differed from the kept capture's
+    mismatched: int = 0
+    #: hits refused: the kept programs had changed since
+    changed: int = 0
+    evicted: int = 0
+
+
+class CaptureCache:
+    """Captures kept for reuse under the caller's keys: a least-recently-used table of
+    ``maxsize`` entries (0 keeps nothing). Pass it with a key to ``exporter.export``."""
+
+    def __init__(self, maxsize: int = 4) -> None:
+        if not isinstance(maxsize, int) or maxsize < 0:
+            raise ValueError(f"CaptureCache(maxsize=...) takes a count >= 0, got {maxsize!r}")
+        self.maxsize = maxsize
+        self.stats = CacheStats()
+        self._entries: collections.OrderedDict[Hashable, Captured] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def get(self, key: Hashable, signature: tuple) -> Captured | None:
+        """The capture kept under ``key`` if it was made for ``signature`` and its programs
+        are unchanged; None otherwise (an entry that fails either check is dropped)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            self.stats.misses += 1
+            return None
+        if entry.signature != signature:
+            self.stats.mismatched += 1
+        elif fingerprint(entry.captured, entry.decomposed) != entry.fingerprint:
+            self.stats.changed += 1
+        else:
+            self._entries.move_to_end(key)
+            self.stats.hits += 1
+            return entry
+        del self._entries[key]
+        self.stats.misses += 1
+        return None
+
+    def put(self, key: Hashable, entry: Captured) -> None:
+        if self.maxsize == 0:
+            return
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+            self.stats.evicted += 1
+
+
+def check_arguments(cache: Any, key: Any, model: Any) -> None:
+    """``export``'s ``capture_cache`` and ``capture_key``: both or neither, a ``CaptureCache``,
+    a hashable key, and a model that is captured (not an ExportedProgram)."""
+    from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
+
+    if cache is None and key is None:
+        return
+    if cache is None or key is None:
+        given, missing = (
+            ("capture_cache", "capture_key") if key is None else ("capture_key", "capture_cache")
+        )
+        raise InvalidExportArgumentsError(
+            f"{given} was given without {missing}: pass both (capture_cache=CaptureCache(), "
+            "capture_key=a name for the model and inputs) or neither"
+        )
+    if not isinstance(cache, CaptureCache):
+        raise InvalidExportArgumentsError(
+            f"capture_cache must be an exporter.CaptureCache, got {type(cache).__name__}"
+        )
+    if not isinstance(key, Hashable):
+        raise InvalidExportArgumentsError(
+            f"capture_key must be hashable (a string or tuple), got {type(key).__name__}"
+        )
+    if isinstance(model, torch.export.ExportedProgram):
+        raise InvalidExportArgumentsError(
+            "capture_cache applies to a model that is captured; an ExportedProgram is not: "
+            "drop capture_cache and capture_key"
+        )
+
+
+def signature(request: Any) -> tuple:
+    """What capture and decomposition depend on that can be compared cheaply: the model's
+    class, the inputs' structure, shapes and dtypes (other values as their repr), the dynamic
+    shapes, the capture patches and the ops that have a translation."""
+    leaves, spec = pytree.tree_flatten((request.args, request.kwargs))
+    return (
+        type(request.model).__qualname__,
+        str(spec),
+        tuple(_leaf_signature(leaf) for leaf in leaves),
+        repr(request.capture_shapes),
+        request.capture_patches,
+        request.registry.targets(),
+    )
+
+
+def _leaf_signature(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, str(leaf.device), leaf.requires_grad)
+    return (type(leaf).__qualname__, repr(leaf)[:200])
+
+
+def fingerprint(*programs: torch.export.ExportedProgram) -> tuple:
+    """What must not change in a kept program for it to be handed out again: each graph's
+    nodes (op, name, target, arguments), the graph signature, and each weight's identity,
+    shape, dtype and version counter, with a digest of its bytes when it is small."""
+    parts = []
+    seen = set()
+    for program in programs:
+        if id(program) in seen:
+            continue
+        seen.add(id(program))
+        for module in program.graph_module.modules():
+            graph = getattr(module, "graph", None)
+            if isinstance(graph, torch.fx.Graph):
+                parts.append(
+                    hash(
+                        tuple(
+                            (n.op, n.name, str(n.target), repr(n.args), repr(n.kwargs))
+                            for n in graph.nodes
+                        )
+                    )
+                )
+        parts.append(str(program.graph_signature))
+        for name, value in (*program.state_dict.items(), *program.constants.items()):
+            parts.append((name, _tensor_fingerprint(value)))
+    return tuple(parts)
+
+
+def _tensor_fingerprint(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return (type(value).__qualname__, id(value))
+    facts = (id(value), tuple(value.shape), value.dtype, value._version)
+    if value.is_meta or value.device.type != "cpu" or _is_fake(value):
+        return facts
+    if value.numel() * value.element_size() > FINGERPRINT_DATA_BYTES:
+        return (*facts, value.data_ptr())
+    try:
+        raw = value.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    except (TypeError, RuntimeError):  # a layout without plain bytes (quantized, sparse)
+        return (*facts, value.data_ptr())
+    return (*facts, hashlib.blake2b(raw, digest_size=16).digest())
+
+
+def _is_fake(value: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, FakeTensor)

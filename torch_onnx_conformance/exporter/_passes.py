@@ -1,0 +1,468 @@
+"""Graph clean-up passes, all from onnx_ir and onnxscript."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import logging
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import onnx_ir as ir
+import onnx_ir.passes.common as common
+
+from torch_onnx_conformance.exporter import _dtypes
+
+
+def finalize(model: ir.Model) -> None:
+    """Always-on structural fixes: outputs produced in-graph, unique names, no dead nodes, fills
+    onnxruntime can load."""
+    _alias_passthrough_outputs(model.graph)
+    ir.passes.Sequential(
+        common.RemoveUnusedNodesPass(),
+        common.OutputFixPass(),
+        common.NameFixPass(),
+    )(model)
+    widen_float8_fills(model)
+
+
+def _alias_passthrough_outputs(graph: ir.Graph) -> None:
+    """An input the model returns as it is becomes an output through an Identity named
+    ``<input>_out``: the input keeps its name (onnx_ir's OutputFixPass would rename the input
+    to ``<input>_orig`` and give its name to the output, so the names a caller feeds change)."""
+    for index, output in enumerate(graph.outputs):
+        if output.is_graph_input():
+            alias_output(graph, index)
+
+
+def alias_output(graph: ir.Graph, index: int) -> ir.Value:
+    """Make ``graph.outputs[index]`` an Identity of what it was, named ``<name>_out``, so that
+    renaming the output leaves an input's or a weight's name as it is."""
+    output = graph.outputs[index]
+    node = ir.node("Identity", inputs=[output])
+    alias = node.outputs[0]
+    alias.name = f"{output.name}_out"  # NameFixPass makes it unique if it is not
+    alias.shape, alias.type = output.shape, output.type
+    alias.metadata_props.update(output.metadata_props)
+    graph.append(node)
+    graph.outputs[index] = alias
+    return alias
+
+
+def forget_static_dims(model: ir.Model) -> None:
+    """Make every fixed dim of the values the graphs compute unknown (ranks, symbolic dims and
+    dtypes stay; graph inputs keep their shapes).
+
+    Used when capture held a dim at its example size: torch then simplifies the sizes derived
+    from it to constants, and a constant output shape would let the optimizer fold a runtime
+    Shape computation into that constant.
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.shape is not None:
+                value.shape = ir.Shape([None if isinstance(d, int) else d for d in value.shape])
+
+
+def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
+    """onnxscript's optimizer (constant folding, rewrite rules, CSE, constant lifting), then
+    the rewrites into the fused ops of the model's opset (torch_onnx_conformance/exporter/_fusions.py).
+
+    Model-local functions are kept (not inlined) when ``keep_functions`` is true; by default
+    they are kept whenever the model has any, since someone asked for them.
+    """
+    # onnxscript (its optimizer and rewriter, ~1 s to import) loads with the first optimized
+    # export, not with the exporter: an export with optimize=False never needs it.
+    from torch_onnx_conformance.exporter import _fusions
+
+    if keep_functions is None:
+        keep_functions = bool(model.functions)
+    with _quiet_folding_misses():
+        _onnxscript_optimizer(inline=not keep_functions)(model)
+    # After folding, so that constant cos/sin tables and shapes are visible to the rules.
+    _fusions.fuse(model)
+    # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
+    widen_float8_fills(model)
+
+
+def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
+    """The passes of ``onnxscript.optimizer.optimize_ir``, in its order and with its defaults,
+    but with its default rewrite rules made to cost what the graph costs (:func:`rule_set`),
+    its folder inferring no shape the graph has (:func:`_known_shapes_first`), and its second
+    round of folding and rewriting run only when the first rewrote something
+    (:class:`_FoldRewriteAgainIfRewritten`)."""
+    from onnxscript import rewriter
+    from onnxscript.optimizer import _constant_folding
+
+    passes = [
+        _FoldRewriteAgainIfRewritten(
+            _known_shapes_first()(
+                shape_inference=True,
+                input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+                output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+                should_fold=_should_fold,
+            ),
+            rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
+            [
+                common.RemoveUnusedNodesPass(),
+                common.RemoveUnusedFunctionsPass(),
+                common.RemoveUnusedOpsetsPass(),
+            ],
+        ),
+        common.RemoveUnusedNodesPass(),
+        common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        common.LiftSubgraphInitializersToMainGraphPass(),
+        common.DeduplicateInitializersPass(),
+        common.CommonSubexpressionEliminationPass(),
+        common.OutputFixPass(),
+        common.NameFixPass(),
+    ]
+    if inline:
+        passes.insert(0, common.InlinePass())
+    return ir.passes.Sequential(*passes)
+
+
+class _FoldRewriteAgainIfRewritten(ir.passes.InPlacePass):
+    """Constant folding, the rewrite rules and the clean-ups after them, twice, as
+    onnxscript's optimizer runs them, except that the second round runs only when the first
+    round's rewrite changed the graph.
+
+    The folder visits the nodes in order and folds what it can in one sweep: run again on
+    what it made, it finds nothing more (over the zoo, a second round found something only
+    after a rewrite: t5's). The rewrite, in turn, sees every node after the folding; without
+    a rewrite there is nothing new for either of them. (onnxscript's pass manager ran the
+    second round whenever any pass had changed anything, the folding or a clean-up too.)
+    """
+
+    def __init__(self, fold, rewrite, cleanups, steps: int = 2) -> None:
+        super().__init__()
+        self.fold, self.rewrite, self.cleanups, self.steps = fold, rewrite, cleanups, steps
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for _ in range(self.steps):
+            results = [self.fold(model), rewritten := self.rewrite(model)]
+            results += [cleanup(model) for cleanup in self.cleanups]
+            modified |= any(result.modified for result in results)
+            if not rewritten.modified:
+                break
+        return ir.passes.PassResult(model, modified)
+
+
+@functools.cache
+def _known_shapes_first() -> type:
+    """onnxscript's constant folder, which infers no shape for a node whose outputs all have
+    a dtype and a shape of fixed dims already (as the translation gives every value from the
+    FX graph's meta, unless the export keeps dims unknown).
+
+    The folder runs ONNX shape inference on every node (serializing the node, its inputs'
+    types and small constants to protos, and back) to merge what it infers into the outputs'
+    shapes, preferring the dims they have: a fixed dim stays as it is, so for such a node
+    inference changes nothing, and it was most of the folder's time (ssdlite: 0.6 of 1.0 s).
+    A node with any unknown or symbolic output dim, or no dtype, is inferred as before.
+    """
+    from onnxscript.optimizer import _constant_folding
+
+    class KnownShapesFirst(_constant_folding.FoldConstantsPass):
+        def _do_inference(self, node: ir.Node) -> None:
+            if not all(_fixed(value) for value in node.outputs):
+                super()._do_inference(node)
+
+    return KnownShapesFirst
+
+
+def _fixed(value: ir.Value) -> bool:
+    """Whether ``value`` has a dtype and a shape whose every dim is a fixed size."""
+    shape = value.shape
+    return (
+        value.type is not None and shape is not None and all(isinstance(dim, int) for dim in shape)
+    )
+
+
+def rule_set(rules: Iterable, *, commute: bool = False):
+    """An onnxscript ``RewriteRuleSet`` of ``rules`` (commuted first when ``commute``), each
+    made to cost what the graph costs (:func:`local_rules`), and skipped as a whole when the
+    graph holds no node of an op type that any of its rules starts from.
+
+    A rule matches only at a node of its pattern's first output node's op type and domain;
+    when the graph has none for any rule of the set, nothing can match, and nothing the set
+    would rewrite can make one: skipping the set (its walk over the graph, its constant
+    propagation) changes nothing. Unused nodes are still removed when onnxscript's set would
+    have removed them.
+    """
+    return _local_rule_set_class()(rules, commute=commute)
+
+
+@functools.cache
+def _local_rule_set_class() -> type:
+    import itertools
+
+    import onnxscript.optimizer
+    from onnxscript.rewriter import pattern
+
+    class LocalRuleSet(pattern.RewriteRuleSet):
+        def __init__(self, rules: Iterable, *, commute: bool = False) -> None:
+            if commute:
+                rules = itertools.chain.from_iterable(rule.commute() for rule in rules)
+            super().__init__(local_rules(rules))
+            self.triggers = _triggers(self.rules)
+
+        def apply_to_model(self, model: ir.Model, *, verbose=None, tracer=None) -> int:
+            if (
+                tracer is None
+                and self.triggers is not None
+                and self.triggers.isdisjoint(op_types(model))
+            ):
+                if self.remove_unused_nodes:
+                    onnxscript.optimizer.remove_unused_nodes(model)
+                return 0
+            return super().apply_to_model(model, verbose=verbose, tracer=tracer)
+
+    return LocalRuleSet
+
+
+def op_types(model: ir.Model) -> set[tuple[str, str]]:
+    """The (domain, op type) of every node of the model, its subgraphs and functions."""
+    found = {(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(model.graph)}
+    for function in model.functions.values():
+        found.update((n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(function))
+    return found
+
+
+def _first_node(rule):
+    """The op type and domain patterns of the first output node of ``rule``'s pattern."""
+    first = rule._matcher.pattern.output_nodes[0]
+    return first.op, first.domain
+
+
+def _constant(string_pattern) -> str | None:
+    from onnxscript.rewriter import _pattern_ir
+
+    if isinstance(string_pattern, _pattern_ir.StringConstantPattern):
+        return string_pattern.value()
+    return None
+
+
+def _triggers(rules: Iterable) -> frozenset[tuple[str, str]] | None:
+    """The (domain, op type) pairs a match of any of ``rules`` starts at; None when some
+    rule's pattern starts at op types not known in advance."""
+    found = set()
+    for rule in rules:
+        op, domain = (_constant(p) for p in _first_node(rule))
+        if op is None or domain is None:
+            return None
+        found.add((domain, op))
+    return frozenset(found)
+
+
+def local_rules(rules: Iterable) -> list:
+    """``rules`` (onnxscript rewrite rules) made to ask first whether the node is of the op
+    type and domain of the pattern's first output node: the same matches, at a cost that
+    follows the graph.
+
+    onnxscript's rule set asks every rule about every node. Its matcher, for a pattern of
+    several output nodes (its SlicesSplit), lists every node of the graph by op type for
+    every node it is asked about, before it looks at the node itself: that rule alone cost
+    nodes squared (1,024 Linear+GELU blocks: 9.4 million node visits, most of the optimize
+    stage). For every pattern, a node of another op type is a miss: the matcher's first
+    check on the node is that op type and domain, so asking it first changes no match. Each
+    rule gets that check twice: in its matcher (a match asked for directly) and before its
+    ``try_rewrite`` (what the rule set calls for every node and rule), which then answers a
+    miss without building a match state, a result and its failure message.
+    """
+    matcher_class = _first_output_node_first()
+    local = []
+    for rule in rules:
+        matcher = getattr(rule, "_matcher", None)
+        if type(matcher) in (matcher_class, matcher_class.__base__):
+            rule = copy.copy(rule)
+            rule._matcher = matcher_class(matcher.pattern)
+            rule.try_rewrite = _op_type_first(rule)
+        local.append(rule)
+    return local
+
+
+def _op_type_first(rule):
+    """``rule.try_rewrite``, answering None at once for a node the pattern cannot match at:
+    another op type or domain than its first output node's, or (for a pattern of one output
+    node) a node whose producers, a few steps up, are not of the op types the pattern's are
+    (:func:`_producer_checks`). With a tracer, onnxscript's own, which records the miss."""
+    rewrite = type(rule).try_rewrite.__get__(rule)
+    op_pattern, domain_pattern = _first_node(rule)
+    op, domain = _constant(op_pattern), _constant(domain_pattern)
+    pattern = rule._matcher.pattern
+    checks = _producer_checks(pattern.output_nodes[0]) if pattern.has_single_output_node else ()
+    if op is not None and domain is not None:
+
+        def try_rewrite(model, graph_or_function, node, *, verbose=None, tracer=None):
+            if tracer is None and (
+                node.op_type != op or node.domain != domain or not _producers_hold(node, checks)
+            ):
+                return None
+            return rewrite(model, graph_or_function, node, verbose=verbose, tracer=tracer)
+
+    else:
+
+        def try_rewrite(model, graph_or_function, node, *, verbose=None, tracer=None):
+            if tracer is None and not (
+                op_pattern.matches(node.op_type) and domain_pattern.matches(node.domain)
+            ):
+                return None
+            return rewrite(model, graph_or_function, node, verbose=verbose, tracer=tracer)
+
+    return try_rewrite
+
+
+#: How many producer steps up from the node :func:`_producer_checks` looks.
+_PRODUCER_DEPTH = 3
+
+
+def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
+    """What onnxscript's matcher requires of a node's producers before it can match
+    ``node_pattern`` there, as (path, domain, op type): following ``path`` (per step, the
+    input's index and the index of the producer's output it is) from the node reaches a
+    producer of that domain and op type. Only the pattern's inputs that are a node's output
+    of a fixed op type count (the matcher fails on anything else there: no producer, another
+    output, another op type); variables, constants and alternatives ask nothing here.
+
+    Patterns are commuted into a rule per order of the inputs, and a model has many nodes of
+    the op types the rules start from (Mul, Add): these checks turn away most of them without
+    building a match.
+    """
+    from onnxscript.rewriter import _pattern_ir
+
+    checks = []
+
+    def visit(pattern, path, left):
+        for index, value in enumerate(pattern.inputs):
+            if not isinstance(value, _pattern_ir.NodeOutputPattern):
+                continue
+            producer = value.producer()
+            op, domain = _constant(producer.op), _constant(producer.domain)
+            if op is None or domain is None:
+                continue
+            step = (*path, (index, value.output_index))
+            checks.append((step, domain, op))
+            if left > 1:
+                visit(producer, step, left - 1)
+
+    visit(node_pattern, (), depth)
+    return tuple(checks)
+
+
+def _producers_hold(node: ir.Node, checks: tuple) -> bool:
+    """Whether ``node``'s producers meet every one of :func:`_producer_checks`' ``checks``."""
+    for path, domain, op in checks:
+        current = node
+        for index, output_index in path:
+            inputs = current.inputs
+            value = inputs[index] if index < len(inputs) else None
+            if value is None:
+                return False
+            current = value.producer()
+            if current is None or value.index() != output_index:
+                return False
+        if current.op_type != op or current.domain != domain:
+            return False
+    return True
+
+
+@functools.cache
+def _first_output_node_first() -> type:
+    from onnxscript.rewriter import _matcher, pattern
+
+    class FirstOutputNodeFirst(_matcher.SimplePatternMatcher):
+        def match(self, model, graph_or_function, node, **options):
+            first = self.pattern.output_nodes[0]
+            if not (first.op.matches(node.op_type) and first.domain.matches(node.domain)):
+                return pattern.MatchResult().fail("op type or domain of another pattern")
+            return super().match(model, graph_or_function, node, **options)
+
+    return FirstOutputNodeFirst
+
+
+_FOLDING_LOGGER = "onnxscript.optimizer._constant_folding"
+
+
+class _FoldingMiss(logging.Filter):
+    """Drops the constant folder's "Evaluation failed" warnings: onnx's reference kernel could
+    not evaluate a node, so the node stays in the graph and onnxruntime computes it. The model
+    is right, and a warning on every such export reads as if it were not; the message goes to
+    the exporter's debug log instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Evaluation failed"):
+            return True
+        logging.getLogger("exporter").debug("constant folding left a node unfolded: %s", message)
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_folding_misses() -> Iterator[None]:
+    logger = logging.getLogger(_FOLDING_LOGGER)
+    miss = _FoldingMiss()
+    logger.addFilter(miss)
+    try:
+        yield
+    finally:
+        logger.removeFilter(miss)
+
+
+#: Quantization nodes the constant folder must leave alone: a DequantizeLinear of an integer
+#: weight folded into a float constant loses the int8 initializer onnxruntime fuses on
+#: (QLinearConv, QGemm, MatMulNBits), and the model grows back to float size.
+_QUANTIZATION_OPS = frozenset(("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"))
+
+
+def _should_fold(node: ir.Node) -> bool | None:
+    """The constant folder's per-node answer: never for Q/DQ, small fills yes, else its
+    default."""
+    if node.op_type in _QUANTIZATION_OPS and node.domain in ("", "ai.onnx"):
+        return False
+    return _fold_small_fills(node)
+
+
+#: A fill of at most this many elements is folded into a constant.
+_SMALL_FILL = 64
+
+
+def _fold_small_fills(node: ir.Node) -> bool | None:
+    """Fold a small ConstantOfShape of a constant shape (the optimizer keeps every fill, to
+    keep models small): as a constant it folds on into what consumes it, such as the
+    ``ones(()) & mask`` that transformers starts its attention masks with. None: the
+    optimizer's default for every other node. Never a Dropout that reaches the folder (one in
+    training mode): its mask is drawn afresh on every run (random.py seeds from it)."""
+    if node.op_type == "Dropout" and node.domain in ("", "ai.onnx"):
+        return False
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = ir.convenience.get_const_tensor(node.inputs[0]) if node.inputs else None
+    fill = node.attributes.get("value")
+    if shape is None or (fill is not None and fill.as_tensor().dtype in _dtypes.FLOAT8_TYPES):
+        return None
+    return int(np.prod(shape.numpy())) <= _SMALL_FILL or None
+
+
+def widen_float8_fills(model: ir.Model) -> None:
+    """onnxruntime cannot load a ConstantOfShape with a float8 fill: fill in float32, then
+    Cast (the fill value is a float8 value, so the cast is exact)."""
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        attr = node.attributes.get("value")
+        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not attr:
+            continue
+        fill = attr.as_tensor()
+        if fill.dtype not in _dtypes.FLOAT8_TYPES:
+            continue
+        wide = ir.tensor(np.asarray(fill.numpy(), dtype=np.float32))
+        widened = ir.node("ConstantOfShape", inputs=list(node.inputs), attributes={"value": wide})
+        cast = ir.node("Cast", inputs=widened.outputs, attributes={"to": fill.dtype})
+        cast.outputs[0].dtype = fill.dtype
+        cast.outputs[0].shape = node.outputs[0].shape
+        ir.convenience.replace_nodes_and_values(
+            node.graph, node, [node], [widened, cast], node.outputs, cast.outputs
+        )
+
+
+def strip_metadata(model: ir.Model) -> None:
+    common.ClearMetadataAndDocStringPass()(model)
