@@ -1,6 +1,7 @@
 """ONNX Runtime CPU latency of the quantized zoo: float against quantized, ours against torch.onnx.
 
     python bench/quantized_latency.py [--runs 30] [--threads 1] [--models 'quantized/efficientnet*,...']
+        [--image-size 224 --batch 1]
 
 For each case of ``torch_onnx_conformance/model_zoo/quantized_cases.py``: the float model before quantization exported
 by ours, and the quantized model exported by ours and by ``torch.onnx.export(dynamo=True)``.
@@ -14,6 +15,11 @@ only the calling thread's share), the fastest and the median wall-clock
 run, the speed-up float / quantized by CPU time and by fastest wall run, the size of
 each serialized model and of its weights (initializers), and each quantized graph's largest difference from the quantized eager
 model in the case's output quantization steps (``exporter.diagnostics.compare.compare_in_steps``).
+
+``--image-size`` / ``--batch`` build the torchvision cases (``quantized_cases.IMAGE_CASES``) at
+another input size, e.g. the serving size 224x224 at batch 1 instead of the zoo's 64x64 at
+batch 2: the same quantizer scheme, BN and PT2E calibration and inputs drawn at that size from
+the case's seeded generators.
 """
 
 from __future__ import annotations
@@ -84,11 +90,22 @@ INT4_SMALLER_GOAL = 3.5
 
 
 def bench_case(
-    name: str, runs: int, threads: int = 1, opset: int = 21, figures: dict | None = None
+    name: str,
+    runs: int,
+    threads: int = 1,
+    opset: int = 21,
+    figures: dict | None = None,
+    sizes: dict[str, int] | None = None,
 ) -> list[str]:
+    """``sizes`` (an ``IMAGE_CASES`` case only): build and measure at these sizes instead."""
     case = registry.get(name)
-    quantized, args, kwargs = case.build()
-    floating = quantized_cases.FLOAT_MODULES[name]()
+    if sizes is None:
+        quantized, args, kwargs = case.build()
+        floating = quantized_cases.FLOAT_MODULES[name]()
+    else:
+        quantized = case.make_module(sizes).eval()
+        args, kwargs = case.inputs(sizes)
+        floating = quantized_cases.FLOAT_MODULES[name](sizes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graphs = {
@@ -120,7 +137,8 @@ def bench_case(
                 cpus[key].append(cpu)
     want = _outputs(quantized, args, kwargs)
     step = quantized_cases._STEP[name]
-    lines = [f"{name}"]
+    shape = "x".join(str(d) for d in args[0].shape) if sizes is not None else ""
+    lines = [f"{name}" + (f" (input {shape})" if shape else "")]
     median = {key: statistics.median(values) * 1e3 for key, values in walls.items()}
     fastest = {key: min(values) * 1e3 for key, values in walls.items()}
     cpu = {key: statistics.median(values) * 1e3 for key, values in cpus.items()}
@@ -190,12 +208,25 @@ def main() -> int:
         default="*",
         help="comma-separated case names or globs (default: every quantized case)",
     )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        help="build the torchvision cases at this image side instead of the zoo's (e.g. 224)",
+    )
+    parser.add_argument("--batch", type=int, help="batch with --image-size (default 1)")
     options = parser.parse_args()
+    sizes = None
+    if options.image_size is not None:
+        sizes = {"batch": options.batch or 1, "image": options.image_size}
+    elif options.batch is not None:
+        parser.error("--batch goes with --image-size")
     torch.manual_seed(0)
     print(
         f"onnxruntime {ort.__version__}, CPU, {options.threads} thread(s), ORT_ENABLE_ALL,"
         f" opset {options.opset},"
-        f" {options.runs} runs, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
+        f" {options.runs} runs,"
+        + (f" inputs {sizes['batch']}x3x{sizes['image']}x{sizes['image']}," if sizes else "")
+        + f" load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}"
     )
     figures: dict[str, tuple[float, float]] = {}
     names = [
@@ -203,12 +234,14 @@ def main() -> int:
         for name in quantized_cases.FLOAT_MODULES
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in options.models.split(","))
     ]
+    if sizes is not None and (other := sorted(set(names) - quantized_cases.IMAGE_CASES)):
+        parser.error(f"--image-size builds only {sorted(quantized_cases.IMAGE_CASES)}, not {other}")
     if not names:
         parser.error(
             f"--models {options.models!r} names none of {list(quantized_cases.FLOAT_MODULES)}"
         )
     for name in names:
-        for line in bench_case(name, options.runs, options.threads, options.opset, figures):
+        for line in bench_case(name, options.runs, options.threads, options.opset, figures, sizes):
             print(line, flush=True)
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print(goals_line(figures))

@@ -242,3 +242,19 @@ def test_quantized_activations_run_silu_and_excitation_on_uint8():
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     result = compare_in_steps(model(x).detach().numpy(), got, step=step)
     assert result.ok, result.message
+
+
+# ------------------------------------- the bench's serving size (--image-size): other input shapes
+def test_the_torchvision_cases_draw_inputs_at_another_image_size_and_keep_the_zoos_by_default():
+    from model_zoo import registry
+
+    assert "quantized/resnet18_pt2e_x86_qadd" in quantized_cases.IMAGE_CASES
+    assert "quantized/bert_int8_dynamic" not in quantized_cases.IMAGE_CASES
+    for name in sorted(quantized_cases.IMAGE_CASES):
+        case = registry.get(name)
+        (zoo,), _ = case.inputs()
+        (serving,), _ = case.inputs({"batch": 1, "image": 96})
+        assert zoo.shape == (2, 3, 64, 64), name
+        assert serving.shape == (1, 3, 96, 96), name
+        again, _ = case.inputs({"batch": 1, "image": 96})
+        torch.testing.assert_close(again[0], serving)  # seeded by the case and the sizes

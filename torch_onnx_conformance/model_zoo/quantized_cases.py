@@ -79,6 +79,11 @@ FLOAT_MODULES: dict[str, Callable[[], nn.Module]] = {}
 #: The step of each case's output, found when its module is built.
 _STEP: dict[str, float] = {}
 
+#: The torchvision (PT2E) cases: their ``make_module`` / ``FLOAT_MODULES`` entry take sizes with
+#: an ``image`` side (default ``_IMAGE_SIZE``) and a ``batch``, for the bench's serving size.
+IMAGE_CASES: set[str] = set()
+_IMAGE_SIZE = 64
+
 
 def _torchao_available() -> bool:
     """Whether torchao is installed; looked up without importing it (registering stays cheap)."""
@@ -235,7 +240,8 @@ def _pt2e(
     activations: bool = False,
 ) -> nn.Module:
     """``module`` quantized with PT2E, captured with a dynamic batch (axis 0 of every input),
-    so that the converted program exports at static and at dynamic shapes alike."""
+    so that the converted program exports at static and at dynamic shapes alike (an example
+    batch of 1, which torch.export specializes, captures a static program)."""
     from torchao.quantization import pt2e
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
@@ -243,7 +249,7 @@ def _pt2e(
     args, _ = make_inputs(sizes)
     batch = torch.export.Dim("batch")
     captured = torch.export.export(
-        module.eval(), args, dynamic_shapes=tuple({0: batch} for _ in args)
+        module.eval(), args, dynamic_shapes=tuple({0: batch} if len(a) > 1 else {} for a in args)
     ).module()
     if activations:
         _split_silu(captured)
@@ -401,17 +407,23 @@ def _register_pt2e(
 
     def make_inputs(axis_sizes: Mapping[str, int]) -> Inputs:
         generator = generator_for(name, axis_sizes)
-        return (torch.randn((axis_sizes.get("batch", 2), 3, 64, 64), generator=generator),), {}
+        image = axis_sizes.get("image", _IMAGE_SIZE)
+        shape = (axis_sizes.get("batch", 2), 3, image, image)
+        return (torch.randn(shape, generator=generator),), {}
 
-    def make_float() -> nn.Module:
+    # ``at`` (the bench's --image-size): BN calibration, PT2E calibration and inputs at other
+    # sizes, e.g. {"batch": 1, "image": 224}; the zoo case builds at ``sizes``
+    def make_float(at: Mapping[str, int] = sizes) -> nn.Module:
         module = torchvision.models.get_model(model_name, weights=None)
-        module = _deterministic(module, name, make_inputs(sizes))
+        module = _deterministic(module, name, make_inputs(at))
         if prepare is not None:
             prepare(module)
         return module.eval()
 
-    def make_module() -> nn.Module:
-        return _pt2e(make_float(), name, make_inputs, sizes, residual_adds, activations)
+    def make_module(at: Mapping[str, int] = sizes) -> nn.Module:
+        return _pt2e(make_float(at), name, make_inputs, at, residual_adds, activations)
+
+    IMAGE_CASES.add(name)
 
     _register_quantized(
         name,
