@@ -246,7 +246,7 @@ def test_quantized_activations_run_silu_and_excitation_on_uint8():
 
 # ------------------------------------- the bench's serving size (--image-size): other input shapes
 def test_the_torchvision_cases_draw_inputs_at_another_image_size_and_keep_the_zoos_by_default():
-    from model_zoo import registry
+    from torch_onnx_conformance.model_zoo import registry
 
     assert "quantized/resnet18_pt2e_x86_qadd" in quantized_cases.IMAGE_CASES
     assert "quantized/bert_int8_dynamic" not in quantized_cases.IMAGE_CASES
