@@ -230,7 +230,7 @@ def test_a_package_folder_is_still_a_module_and_pyproject_folders_are_paths(tmp_
     package = tmp_path / "my_pkg_cases"
     package.mkdir()
     (package / "__init__.py").write_text(
-        "import torch\nfrom conformance.user_cases import ModelCase\n\n"
+        "import torch\nfrom torch_onnx_conformance.conformance.user_cases import ModelCase\n\n"
         "def model_cases():\n"
         "    return [ModelCase('pkg/id', lambda: (torch.nn.Identity(), (torch.ones(2),), {}))]\n"
     )

@@ -67,7 +67,8 @@ def test_the_vocabulary_loads_without_torch():
     """The report builder and the conformance controller read stage names; neither may pay
     for torch and the op library to do it."""
     code = (
-        "import sys, reports.rows, conformance.plugin, exporter.stages; "
+        "import sys, torch_onnx_conformance.reports.rows, "
+        "torch_onnx_conformance.conformance.plugin, torch_onnx_conformance.exporter.stages; "
         "print(sorted(m for m in ('torch', 'torch_onnx_conformance.exporter.ops') if m in sys.modules))"
     )
     out = subprocess.run(
