@@ -161,6 +161,62 @@ def test_rewrites_are_inactive_outside_capture():
     )
 
 
+# ------------------------------------------- the rewrites only where a rewritten call was made
+def _targets(program) -> list:
+    return [n.target for n in program.graph.nodes if n.op == "call_function"]
+
+
+def test_a_capture_that_calls_no_rewritten_function_runs_without_the_rewrites(monkeypatch):
+    import torch_onnx_conformance.exporter._capture_rewrites as rewrites
+
+    entered = []
+    real = rewrites.data_dependent_rewrites
+    monkeypatch.setattr(rewrites, "data_dependent_rewrites", lambda: entered.append(1) or real())
+    program = exporter.export(Fn(lambda a: torch.narrow(a, 0, 1, 2) * 2), (torch.randn(4, 3),))
+    # narrow with an int start: a rewritten function's name, so the rewrites run after all
+    assert len(entered) == 1
+    assert len(program.record.capture_attempts) == 1
+    entered.clear()
+    exporter.export(Fn(lambda a: a.relu() * 2), (torch.randn(4, 3),))
+    assert entered == []
+
+
+def test_a_call_that_captures_without_the_rewrites_still_gets_them():
+    # A constant tensor start: torch.export captures narrow.Tensor as it is; the rewrite reads
+    # the start with item(), which makes narrow.default. The export keeps the rewrite's.
+    fn = Fn(lambda a: a.narrow(0, torch.tensor(1), 2) * 2)
+    x = torch.randn(4, 3)
+    bare = torch.export.export(fn, (x,), strict=False)
+    assert torch.ops.aten.narrow.Tensor in _targets(bare)
+    program = exporter.export(fn, (x,))
+    captured = _targets(program.record.captured_program)
+    assert torch.ops.aten.narrow.default in captured
+    assert torch.ops.aten.narrow.Tensor not in captured
+    torch.testing.assert_close(_run(program, (x,))[0], fn(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.narrow(0, torch.tensor(1), 2),
+        lambda a: torch.narrow(a, 0, 1, 2),
+        lambda a: F.gaussian_nll_loss(a, a, 1.0),
+        lambda a: torch.cond(
+            a.sum() > 0, lambda b: b.narrow(0, 0, 2) * 2, lambda b: b[:2] + 1, (a,)
+        ),
+    ],
+    ids=["method", "function", "functional", "in-a-cond-branch"],
+)
+def test_torch_export_names_the_function_each_node_came_from(fn):
+    # calls_rewritten reads torch.export's torch_fn node metadata: a torch that stopped
+    # recording it would make every capture skip the rewrites.
+    from torch_onnx_conformance.exporter._capture_rewrites import calls_rewritten
+
+    program = torch.export.export(Fn(fn), (torch.randn(4, 3),), strict=False)
+    assert calls_rewritten(program)
+    assert not calls_rewritten(torch.export.export(Fn(torch.relu), (torch.randn(2),)))
+
+
 # ----------------------------------------------------------------------- with_effects
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_tensorinv_with_effects_token_is_dropped(dynamic):

@@ -220,26 +220,19 @@ def _relaxed(shapes: Any) -> Any:
 
 def _guards_that_fixed_dims(model, args, kwargs, shapes, patches) -> list[str]:
     """Trace again with the dims free to specialise and name the guards that fixed them."""
-    from torch_onnx_conformance.exporter._capture_patches import CAPTURE_PATCHES
-    from torch_onnx_conformance.exporter._capture_rewrites import data_dependent_rewrites
     from torch_onnx_conformance.exporter._dynamic_shapes import HELD, audit_dims, user_input_nodes
-    from torch_onnx_conformance.exporter.ops._fake_kernels import (
-        installed as fake_kernels_installed,
-    )
 
     try:
-        with (
-            warnings.catch_warnings(),
-            onnx_export_flag(),
-            fake_kernels_installed(),
-            data_dependent_rewrites(),
-            contextlib.ExitStack() as stack,
-        ):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for patch in patches:
-                stack.enter_context(CAPTURE_PATCHES[patch]())
-            program = STRATEGIES["torch.export(strict=False)"](
-                model, args, kwargs, _relaxed(shapes)
+            program = _run(
+                "torch.export(strict=False)",
+                model,
+                args,
+                kwargs,
+                _relaxed(shapes),
+                patches,
+                rewrites=True,
             )
     except Exception:  # noqa: BLE001 - the explanation is best-effort; the error stands
         return []
@@ -313,6 +306,45 @@ STRATEGIES: dict[str, Callable[..., torch.export.ExportedProgram]] = {
 }
 
 
+#: The strategies that first capture without the data-dependent rewrites and keep that
+#: program unless a rewritten function was called (strict capture, tried after non-strict
+#: failed, always runs with them).
+_REWRITES_AFTER = frozenset({"torch.export(strict=False)"})
+
+
+def _run(name, model, args, kwargs, shapes, patches, *, rewrites: bool):
+    """One capture with strategy ``name``, the capture patches and our fake kernels in place,
+    and the data-dependent rewrites when ``rewrites``."""
+    from torch_onnx_conformance.exporter._capture_patches import CAPTURE_PATCHES
+    from torch_onnx_conformance.exporter._capture_rewrites import data_dependent_rewrites
+    from torch_onnx_conformance.exporter.ops._fake_kernels import (
+        installed as fake_kernels_installed,
+    )
+
+    with (
+        onnx_export_flag(),
+        fake_kernels_installed(),
+        data_dependent_rewrites() if rewrites else contextlib.nullcontext(),
+        contextlib.ExitStack() as stack,
+    ):
+        for patch in patches:
+            stack.enter_context(CAPTURE_PATCHES[patch]())
+        return STRATEGIES[name](model, args, kwargs, shapes)
+
+
+def _without_rewrites(name, model, args, kwargs, shapes, patches):
+    """The program captured without the data-dependent rewrites when it is the one they make
+    (no node of it came from a function they rewrite); None when it is not, or when that
+    capture fails: the capture with them then decides, its error the one recorded."""
+    from torch_onnx_conformance.exporter._capture_rewrites import calls_rewritten
+
+    try:
+        program = _run(name, model, args, kwargs, shapes, patches, rewrites=False)
+    except Exception:  # noqa: BLE001 - the capture with the rewrites runs next and reports
+        return None
+    return None if calls_rewritten(program) else program
+
+
 def capture(
     model: torch.nn.Module,
     args: tuple[Any, ...],
@@ -331,28 +363,22 @@ def capture(
     fixes, they are applied and the strategy runs again; the changed dims are warned about and
     appended to ``notes``.
     """
-    from torch_onnx_conformance.exporter._capture_patches import CAPTURE_PATCHES
-    from torch_onnx_conformance.exporter._capture_rewrites import data_dependent_rewrites
-
-    from .ops._fake_kernels import installed as fake_kernels_installed
-
     attempts = [] if attempts is None else attempts
     suffix = f" with patches {list(patches)}" if patches else ""
     shapes, refinements = dynamic_shapes, 0
+    # Capture without the data-dependent rewrites first (exporter._capture_rewrites), once.
+    without_rewrites = True
     for name in strategies or list(STRATEGIES):
         while True:
             start = time.perf_counter()
             label = name + suffix + (" with refined dynamic_shapes" if refinements else "")
             try:
-                with (
-                    onnx_export_flag(),
-                    fake_kernels_installed(),
-                    data_dependent_rewrites(),
-                    contextlib.ExitStack() as stack,
-                ):
-                    for patch in patches:
-                        stack.enter_context(CAPTURE_PATCHES[patch]())
-                    program = STRATEGIES[name](model, args, kwargs, shapes)
+                program = None
+                if without_rewrites and name in _REWRITES_AFTER:
+                    without_rewrites = False
+                    program = _without_rewrites(name, model, args, kwargs, shapes, patches)
+                if program is None:
+                    program = _run(name, model, args, kwargs, shapes, patches, rewrites=True)
             except Exception as exc:  # every strategy failure is recorded, none is lost
                 attempts.append(
                     Attempt(label, time.perf_counter() - start, exc, traceback.format_exc())

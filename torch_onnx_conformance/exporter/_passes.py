@@ -102,7 +102,7 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
                 output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
                 should_fold=_should_fold,
             ),
-            rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
+            rewriter.RewritePass(rule_set(_default_rewrite_rules())),
             [
                 common.RemoveUnusedNodesPass(),
                 common.RemoveUnusedFunctionsPass(),
@@ -120,6 +120,63 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     if inline:
         passes.insert(0, common.InlinePass())
     return ir.passes.Sequential(*passes)
+
+
+def _default_rewrite_rules() -> tuple:
+    """onnxscript's default rewrite rules, its BatchNormalization folding into Conv and Gemm
+    replaced by the same rules writing the folded weights into memory torch allocates
+    (:func:`_batch_norm_folding`)."""
+    from onnxscript import rewriter
+
+    replaced = _batch_norm_folding()
+    return tuple(replaced.get(id(rule), rule) for rule in rewriter._DEFAULT_REWRITE_RULES)
+
+
+@functools.cache
+def _batch_norm_folding() -> dict:
+    """onnxscript's rules that fold a BatchNormalization into the Conv or Gemm before it, by
+    the id of each, made again with the folded weights written into an array that torch
+    allocates: the same numpy multiplication, the same values.
+
+    numpy asks the kernel for transparent huge pages for every large array it allocates
+    (madvise); where the kernel then compacts memory on the spot to find them
+    (``/sys/kernel/mm/transparent_hugepage/defrag``: madvise, the common default), the first
+    touch of the folded weights can cost ten times their multiplication: on a busy machine
+    0.3 s for r3d_18's 133 MB, more than its whole capture. torch's allocator does not ask.
+    """
+    from onnxscript.rewriter.rules.common import _fuse_batchnorm
+
+    def torch_allocated(base: type) -> type:
+        class TorchAllocated(base):
+            def _scale_weights(self, weights, scale_factor, attributes):
+                axis = self.get_filters_axis(attributes)
+                scale = _fuse_batchnorm._reshape_for_broadcast(scale_factor, weights.ndim, axis)
+                out = _torch_array(weights.shape, np.result_type(weights, scale))
+                if out is None:
+                    return super()._scale_weights(weights, scale_factor, attributes)
+                return np.multiply(weights, scale, out=out)
+
+        return TorchAllocated
+
+    return {
+        id(rule): torch_allocated(base).rule(name=base.__name__)
+        for rule, base in (
+            (_fuse_batchnorm.fuse_batchnorm_into_conv_rule, _fuse_batchnorm.FuseBatchNormIntoConv),
+            (_fuse_batchnorm.fuse_batchnorm_into_gemm_rule, _fuse_batchnorm.FuseBatchNormIntoGemm),
+        )
+    }
+
+
+def _torch_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """An uninitialized numpy array of ``shape`` and ``dtype`` in memory torch allocated (the
+    array keeps the tensor alive); None for a dtype torch has no counterpart of."""
+    import torch
+
+    try:
+        torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    except TypeError:
+        return None
+    return torch.empty(shape, dtype=torch_dtype).numpy()
 
 
 class _FoldRewriteAgainIfRewritten(ir.passes.InPlacePass):

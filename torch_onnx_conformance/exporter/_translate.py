@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -57,9 +58,15 @@ def fx_targets(graph_module: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, 
 
 
 def is_noop_target(target: Any) -> bool:
-    return isinstance(target, torch._ops.OpOverload) and any(
-        str(target).startswith(n + ".") for n in _NO_OP_TARGETS_NAMES
-    )
+    return isinstance(target, torch._ops.OpOverload) and _is_noop_overload(target)
+
+
+@functools.cache
+def _is_noop_overload(target: torch._ops.OpOverload) -> bool:
+    # Asked several times per FX node (assertion pruning, then translation): an overload's
+    # name, built anew by str(), is read once.
+    name = str(target)
+    return any(name.startswith(n + ".") for n in _NO_OP_TARGETS_NAMES)
 
 
 def _feeding_only_assertions(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
