@@ -363,7 +363,7 @@ def _preload(cases: Callable[[], None] | None) -> None:
         "torchvision",
         "transformers",
         "torch_onnx_conformance.exporter._api",
-        "model_zoo",
+        "torch_onnx_conformance.model_zoo",
         "torch_onnx_conformance.conformance.runner",
         "torch_onnx_conformance.conformance.exporters",
         "torch_onnx_conformance.conformance.session",
