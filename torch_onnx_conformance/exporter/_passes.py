@@ -94,6 +94,11 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
+    rules = rule_set(_default_rewrite_rules())
+    # A rule set with a rule that keeps the nodes it matched removes the unused nodes itself
+    # after every application (onnxscript's set does), and nothing after it adds a node: the
+    # clean-up's removal, and the removal onnxscript's optimizer runs next, find none then.
+    removal = [] if rules.remove_unused_nodes else [common.RemoveUnusedNodesPass()]
     passes = [
         _FoldRewriteAgainIfRewritten(
             _known_shapes_first()(
@@ -102,14 +107,10 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
                 output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
                 should_fold=_should_fold,
             ),
-            rewriter.RewritePass(rule_set(_default_rewrite_rules())),
-            [
-                common.RemoveUnusedNodesPass(),
-                common.RemoveUnusedFunctionsPass(),
-                common.RemoveUnusedOpsetsPass(),
-            ],
+            rewriter.RewritePass(rules),
+            [*removal, common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()],
         ),
-        common.RemoveUnusedNodesPass(),
+        *removal,
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         common.LiftSubgraphInitializersToMainGraphPass(),
         common.DeduplicateInitializersPass(),
