@@ -270,7 +270,7 @@ def _local_rule_set_class() -> type:
             if (
                 tracer is None
                 and self.triggers is not None
-                and self.triggers.isdisjoint(op_types(model))
+                and not _holds_any(model, self.triggers)
             ):
                 if self.remove_unused_nodes:
                     onnxscript.optimizer.remove_unused_nodes(model)
@@ -347,12 +347,15 @@ def _start(rule) -> tuple[str, str] | None:
     return None if op is None or domain is None else (op, domain)
 
 
-def op_types(model: ir.Model) -> set[tuple[str, str]]:
-    """The (domain, op type) of every node of the model, its subgraphs and functions."""
-    found = {(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(model.graph)}
-    for function in model.functions.values():
-        found.update((n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(function))
-    return found
+def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
+    """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
+    ((domain, op type) pairs); stops at the first one."""
+    graphs = [model.graph, *model.functions.values()]
+    return any(
+        (node.domain, node.op_type) in op_types
+        for graph in graphs
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+    )
 
 
 def _first_node(rule):
