@@ -128,6 +128,26 @@ def test_a_rule_set_without_a_node_to_start_from_does_not_walk_the_graph(monkeyp
         rules.apply_to_model(model)
 
 
+def test_a_rule_set_asks_each_node_only_the_rules_that_start_at_its_op_type(monkeypatch):
+    model = _two_halves_and_others(2)
+    rules = _passes.rule_set(rewriter._DEFAULT_REWRITE_RULES)
+    asked = []
+    for rule in rules.rules:
+        start = _passes._first_node(rule)[0].value()
+
+        def ask(model, graph, node, *, rewrite=rule.try_rewrite, start=start, **options):
+            asked.append((start, node.op_type))
+            return rewrite(model, graph, node, **options)
+
+        monkeypatch.setattr(rule, "try_rewrite", ask)
+    starts = {_passes._first_node(rule)[0].value() for rule in rules.rules}
+    present = {node.op_type for node in model.graph} & starts
+    rules.apply_to_model(model)
+    assert present, "no rule of onnxscript's defaults starts at a Slice, an Add or a Relu"
+    assert all(start == op_type for start, op_type in asked)
+    assert {op_type for _, op_type in asked} == present
+
+
 def _relu_of(shape) -> ir.Model:
     x = ir.val("x", ir.DataType.FLOAT, [2, 8])
     relu = ir.node("Relu", [x])

@@ -94,6 +94,11 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
+    rules = rule_set(_default_rewrite_rules())
+    # A rule set with a rule that keeps the nodes it matched removes the unused nodes itself
+    # after every application (onnxscript's set does), and nothing after it adds a node: the
+    # clean-up's removal, and the removal onnxscript's optimizer runs next, find none then.
+    removal = [] if rules.remove_unused_nodes else [common.RemoveUnusedNodesPass()]
     passes = [
         _FoldRewriteAgainIfRewritten(
             _known_shapes_first()(
@@ -102,14 +107,10 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
                 output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
                 should_fold=_should_fold,
             ),
-            rewriter.RewritePass(rule_set(_default_rewrite_rules())),
-            [
-                common.RemoveUnusedNodesPass(),
-                common.RemoveUnusedFunctionsPass(),
-                common.RemoveUnusedOpsetsPass(),
-            ],
+            rewriter.RewritePass(rules),
+            [*removal, common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()],
         ),
-        common.RemoveUnusedNodesPass(),
+        *removal,
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         common.LiftSubgraphInitializersToMainGraphPass(),
         common.DeduplicateInitializersPass(),
@@ -263,27 +264,98 @@ def _local_rule_set_class() -> type:
                 rules = itertools.chain.from_iterable(rule.commute() for rule in rules)
             super().__init__(local_rules(rules))
             self.triggers = _triggers(self.rules)
+            self.by_op_type = _RulesByOpType(self.rules)
 
         def apply_to_model(self, model: ir.Model, *, verbose=None, tracer=None) -> int:
             if (
                 tracer is None
                 and self.triggers is not None
-                and self.triggers.isdisjoint(op_types(model))
+                and not _holds_any(model, self.triggers)
             ):
                 if self.remove_unused_nodes:
                     onnxscript.optimizer.remove_unused_nodes(model)
                 return 0
             return super().apply_to_model(model, verbose=verbose, tracer=tracer)
 
+        def _apply_to_graph_or_function(self, model, graph_or_function, *, verbose, tracer=None):
+            if tracer is not None:
+                return super()._apply_to_graph_or_function(
+                    model, graph_or_function, verbose=verbose, tracer=tracer
+                )
+            rules, self.rules = self.rules, [self.by_op_type]
+            try:
+                return super()._apply_to_graph_or_function(
+                    model, graph_or_function, verbose=verbose, tracer=tracer
+                )
+            finally:
+                self.rules = rules
+
     return LocalRuleSet
 
 
-def op_types(model: ir.Model) -> set[tuple[str, str]]:
-    """The (domain, op type) of every node of the model, its subgraphs and functions."""
-    found = {(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(model.graph)}
-    for function in model.functions.values():
-        found.update((n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(function))
-    return found
+class _RulesByOpType:
+    """The rules of a set as one rule that, at each node, tries only the rules that can
+    match there, in the set's order: those whose pattern starts at the node's op type and
+    domain (:func:`local_rules` made them answer None at once at any other node), and those
+    whose start is not known in advance.
+
+    onnxscript's rule set asks every rule about every node; over the zoo most of the rewrite's
+    time went to rules answering None for a node of another op type. The set applies a match
+    as the rule that made it says (its name, whether it removes the matched nodes, whether
+    it makes a function), so this one takes on those of the rule that matched before it
+    returns the match. A rewrite adding initializers inside a function is skipped by the set
+    and the node's next rule tried: this one tries that next rule itself. Used without a
+    tracer only (with one, the set asks every rule, as it records each miss)."""
+
+    def __init__(self, rules: list) -> None:
+        self.rules = rules
+        self.name, self.remove_nodes, self.as_function = None, True, False
+        starts = [_start(rule) for rule in rules]
+        self._anywhere = [rule for rule, start in zip(rules, starts) if start is None]
+        self._by_start: dict = {}
+        for start in set(starts) - {None}:
+            self._by_start[start] = [
+                rule for rule, other in zip(rules, starts) if other in (start, None)
+            ]
+        pre = [rule.graph_pre_visitor for rule in rules if rule.graph_pre_visitor]
+        post = [rule.graph_post_visitor for rule in rules if rule.graph_post_visitor]
+        self.graph_pre_visitor = (lambda: [visit() for visit in pre]) if pre else None
+        self.graph_post_visitor = (lambda: [visit() for visit in post]) if post else None
+
+    def try_rewrite(self, model, graph_or_function, node, *, verbose=None, tracer=None):
+        rules = self._by_start.get((node.op_type, node.domain), self._anywhere)
+        for rule in rules:
+            delta = rule.try_rewrite(model, graph_or_function, node, verbose=verbose)
+            if delta is None:
+                continue
+            if delta.new_initializers and isinstance(graph_or_function, ir.Function):
+                if verbose:
+                    print(f"Rewrites adding initializers not supported for functions: {rule}")
+                continue
+            self.name = rule.name
+            self.remove_nodes, self.as_function = rule.remove_nodes, rule.as_function
+            return delta
+        return None
+
+
+def _start(rule) -> tuple[str, str] | None:
+    """The (op type, domain) of the nodes a match of ``rule`` can start at, when
+    :func:`local_rules` made it answer None at once at every other node; else None."""
+    if "try_rewrite" not in vars(rule):
+        return None
+    op, domain = (_constant(p) for p in _first_node(rule))
+    return None if op is None or domain is None else (op, domain)
+
+
+def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
+    """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
+    ((domain, op type) pairs); stops at the first one."""
+    graphs = [model.graph, *model.functions.values()]
+    return any(
+        (node.domain, node.op_type) in op_types
+        for graph in graphs
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+    )
 
 
 def _first_node(rule):
