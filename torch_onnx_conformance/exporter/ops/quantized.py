@@ -139,6 +139,14 @@ def _binary(ctx, op_type, x, y):
 
 # ---------------------------------------------------------------- QDQ emitters
 #: int4 as PT2E stores it (int8/uint8 with the range -8..7 / 0..15) -> ONNX's type (opset 21).
+#: The codes each ONNX integer type holds (the int4 types only from opset 21).
+CODE_RANGES = {
+    ir.DataType.INT4: (-8, 7),
+    ir.DataType.UINT4: (0, 15),
+    ir.DataType.INT8: (-128, 127),
+    ir.DataType.UINT8: (0, 255),
+}
+
 _INT4_RANGES = {
     (torch.int8, -8, 7): ir.DataType.INT4,
     (torch.uint8, 0, 15): ir.DataType.UINT4,
@@ -168,7 +176,7 @@ def _int4_zero_point(ctx, raw, value, narrow: ir.DataType, shape) -> ir.Value | 
     array = _constant(raw)
     if array is None:
         return ctx.op.Cast(value, to=narrow)
-    lo, hi = (-8, 7) if narrow == ir.DataType.INT4 else (0, 15)
+    lo, hi = CODE_RANGES[narrow]
     if not np.all((array >= lo) & (array <= hi)):
         return None
     storage = np.int8 if narrow == ir.DataType.INT4 else np.uint8
@@ -219,7 +227,7 @@ def _int4_input(ctx, q, zero_point, narrow, raw_zero_point, axis):
         source = producer.inputs[0]  # the int4 QuantizeLinear's output: exact widening
     else:
         array = _constant(q)
-        lo, hi = (-8, 7) if narrow == ir.DataType.INT4 else (0, 15)
+        lo, hi = CODE_RANGES[narrow]
         if array is None or not np.all((array >= lo) & (array <= hi)):
             return q, zero_point
         source = None

@@ -44,10 +44,16 @@ from torch_onnx_conformance.exporter import _dtypes
 from torch_onnx_conformance.exporter.ops import _reduce as R
 from torch_onnx_conformance.exporter.ops import _shape as S
 from torch_onnx_conformance.exporter.ops._registry import translates
-from torch_onnx_conformance.exporter.ops.quantized import _bounds, _constant, _int_tensor, _typed
+from torch_onnx_conformance.exporter.ops.quantized import (
+    CODE_RANGES,
+    _bounds,
+    _constant,
+    _int_tensor,
+    _typed,
+)
 
 #: int4 ranges torchao stores in int8/uint8 tensors -> the ONNX type that holds them.
-_NARROW = {(-8, 7): ir.DataType.INT4, (0, 15): ir.DataType.UINT4}
+_NARROW = {CODE_RANGES[t]: t for t in (ir.DataType.INT4, ir.DataType.UINT4)}
 _WIDE = {torch.int8: ir.DataType.INT8, torch.uint8: ir.DataType.UINT8}
 
 #: Ops torchao configs leave that have no translation -> which config leaves them, and what
@@ -459,26 +465,14 @@ def quantize_affine(
     if kind == "rows":
         q = ctx.op.Reshape(q, ctx.op.Shape(input))
     q = _typed(q, stored)
-    wide_lo, wide_hi = (
-        _bounds(stored)
-        if narrow is None
-        else {
-            ir.DataType.INT4: (-8, 7),
-            ir.DataType.UINT4: (0, 15),
-        }[narrow]
-    )
+    wide_lo, wide_hi = _bounds(stored) if narrow is None else CODE_RANGES[narrow]
     if (lo, hi) != (wide_lo, wide_hi):
         q = _typed(ctx.op.Clip(q, ctx.const(lo, stored), ctx.const(hi, stored)), stored)
     return q
 
 
 def _fits_type(value, dtype: ir.DataType) -> bool:
-    lo, hi = {
-        ir.DataType.INT4: (-8, 7),
-        ir.DataType.UINT4: (0, 15),
-        ir.DataType.INT8: (-128, 127),
-        ir.DataType.UINT8: (0, 255),
-    }[dtype]
+    lo, hi = CODE_RANGES[dtype]
     return float(value).is_integer() and lo <= value <= hi
 
 
