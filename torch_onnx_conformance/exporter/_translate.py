@@ -198,9 +198,16 @@ def lookup_for_node(registry: Registry, node: torch.fx.Node, target: Any) -> Tra
 
 
 def _touches_complex(node: torch.fx.Node) -> bool:
-    metas = [node.meta.get("val")]
-    metas += [arg.meta.get("val") for arg in node.all_input_nodes]
-    return any(isinstance(meta, torch.Tensor) and meta.dtype.is_complex for meta in _flatten(metas))
+    return any(_holds_complex(other.meta.get("val")) for other in (node, *node.all_input_nodes))
+
+
+def _holds_complex(meta: Any) -> bool:
+    """Whether an FX value's metadata is, or nests, a complex tensor."""
+    if isinstance(meta, torch.Tensor):
+        return meta.dtype.is_complex
+    if isinstance(meta, (list, tuple)):
+        return any(_holds_complex(item) for item in meta)
+    return False
 
 
 def _target_label(node: torch.fx.Node, target: Any) -> str:
@@ -275,8 +282,10 @@ class GraphScope:
             if found is not None:
                 return found
             scope = scope.parent
+        # ir.Tensor(array) is what ir.tensor makes of a numpy array, without its checks
+        # against onnx_ir's runtime protocols (tens of microseconds each on Python 3.11).
         tensor = (
-            ir.tensor(array)
+            ir.Tensor(array)
             if dtype is not torch.bfloat16
             else ir.tensor(torch.as_tensor(value, dtype=torch.bfloat16))
         )
@@ -745,7 +754,10 @@ def translate_program(
     return model
 
 
+@functools.cache
 def _version() -> str:
+    """This distribution's version (read once: importlib's lookup walks the installed
+    distributions' metadata)."""
     try:
         from importlib.metadata import version
 
