@@ -29,24 +29,54 @@ def _type_name(t: Any) -> str:
     return str(t)
 
 
-def node_props(node: torch.fx.Node, root_class: str) -> dict[str, str]:
-    """The five per-node props for an FX node."""
-    stack = node.meta.get("nn_module_stack") or {}
-    paths = [(path, _type_name(cls)) for path, cls in stack.values()]
-    target = _target_name(node.target)
-    namespace_parts = [f": {root_class}"] + [f"{path}: {cls}" for path, cls in paths]
-    namespace_parts.append(f"{node.name}: {target}")
-    scopes = [path.rsplit(".", 1)[-1] for path, _ in paths]
-    props = {
-        NAMESPACE: "/".join(namespace_parts),
-        CLASS_HIERARCHY: repr([root_class] + [cls for _, cls in paths] + [target]),
-        FX_NODE: node.format_node() or "",
-        NAME_SCOPES: repr([""] + scopes + [node.name]),
-    }
-    stack_trace = node.meta.get("stack_trace")
-    if stack_trace:
-        props[STACK_TRACE] = stack_trace
-    return props
+class NodeProps:
+    """The per-node props (up to five) of the FX nodes of one program. What they take from
+    a node's module stack (the leading parts of its namespace, class hierarchy and name
+    scopes) is worked out once per distinct stack: the nodes of one module share it."""
+
+    def __init__(self, root_class: str) -> None:
+        self.root_class = root_class
+        self._by_stack: dict[tuple, tuple[str, list[str], list[str]]] = {}
+        self._targets: dict[Any, str] = {}
+
+    def __call__(self, node: torch.fx.Node) -> dict[str, str]:
+        stack = tuple((node.meta.get("nn_module_stack") or {}).values())
+        try:
+            parts = self._by_stack.get(stack)
+        except TypeError:  # an entry that cannot be a key: worked out for this node alone
+            parts, stack = None, None
+        if parts is None:
+            parts = self._stack_parts(stack or ())
+            if stack is not None:
+                self._by_stack[stack] = parts
+        namespace, classes, scopes = parts
+        target = self._target(node.target)
+        props = {
+            NAMESPACE: f"{namespace}/{node.name}: {target}",
+            CLASS_HIERARCHY: repr([*classes, target]),
+            FX_NODE: node.format_node() or "",
+            NAME_SCOPES: repr([*scopes, node.name]),
+        }
+        stack_trace = node.meta.get("stack_trace")
+        if stack_trace:
+            props[STACK_TRACE] = stack_trace
+        return props
+
+    def _stack_parts(self, stack: tuple) -> tuple[str, list[str], list[str]]:
+        paths = [(path, _type_name(cls)) for path, cls in stack]
+        namespace = "/".join([f": {self.root_class}"] + [f"{path}: {cls}" for path, cls in paths])
+        classes = [self.root_class] + [cls for _, cls in paths]
+        scopes = [""] + [path.rsplit(".", 1)[-1] for path, _ in paths]
+        return namespace, classes, scopes
+
+    def _target(self, target: Any) -> str:
+        try:
+            name = self._targets.get(target)
+        except TypeError:
+            return _target_name(target)
+        if name is None:
+            name = self._targets[target] = _target_name(target)
+        return name
 
 
 def _target_name(target: Any) -> str:

@@ -366,6 +366,7 @@ class Translator:
         self.metadata = metadata
         self.names = names
         self.root_class = root_class
+        self.node_props = _metadata.NodeProps(root_class)
         self.value_meta: dict[ir.Value, Any] = {}
         self.opset_imports: dict[str, int] = {"": self.opset}
         self.functions: dict[tuple[str, str, str], ir.Function] = {}
@@ -554,7 +555,7 @@ class Translator:
         if isinstance(first, ir.Value) and first.name:
             self.fx_values[node.name] = first.name
         if self.metadata and ctx.nodes:
-            props = _metadata.node_props(node, self.root_class)
+            props = self.node_props(node)
             for n in ctx.nodes:
                 n.metadata_props.update(props)
         for i, n in enumerate(ctx.nodes):

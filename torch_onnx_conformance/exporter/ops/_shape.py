@@ -394,7 +394,8 @@ def constant_of_shape(
     ctx: TranslationContext, shape: ir.Value | Sequence[int], value: Any, dtype: torch.dtype
 ) -> ir.Value:
     """A tensor of ``shape`` filled with ``value``; its dtype is recorded for later ops."""
-    fill = ir.tensor(torch.tensor([value], dtype=dtype))
+    # what ir.tensor makes of a torch tensor, without its protocol checks (see _context)
+    fill = ir.tensor_adapters.TorchTensor(torch.tensor([value], dtype=dtype))
     out = ctx.op.ConstantOfShape(shape, value=fill)
     out.dtype = fill.dtype
     return out
