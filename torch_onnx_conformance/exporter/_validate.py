@@ -537,13 +537,15 @@ def apply_io_names(
     from torch_onnx_conformance.exporter._passes import alias_output
 
     graph = model.graph
+    if input_names is None and output_names is None:
+        return  # nothing to rename
     before = {v.name: v for v in _all_values(graph)}
     if input_names is not None and plan is not None:
         graph_count = sum(not entry.baked for entry in plan)
         if len(input_names) == len(plan) and len(plan) != graph_count:
             input_names = [n for n, entry in zip(input_names, plan) if not entry.baked]
     check_names_disjoint(input_names, output_names)
-    taken = {v.name: v for v in _all_values(graph)}
+    taken = dict(before)
     for what, names, values in (
         ("input_names", input_names, list(graph.inputs)),
         ("output_names", output_names, list(graph.outputs)),
