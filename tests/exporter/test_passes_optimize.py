@@ -193,31 +193,44 @@ def _relu_of_op(op_type: str) -> ir.Model:
     return ir.Model(graph, ir_version=10)
 
 
-def test_a_rule_turns_away_a_node_whose_producer_is_of_another_op_type(monkeypatch):
-    def relu_of_neg(op, x):
-        return op.Relu(op.Neg(x))
+def _relu_of_neg(op, x):
+    return op.Relu(op.Neg(x))
 
-    def relu(op, x):
-        return op.Relu(x)
 
-    rules = _passes.rule_set([pattern.RewriteRule(relu_of_neg, relu)])
+def _relu(op, x, **_):
+    return op.Relu(x)
+
+
+def _relu_of_neg_or_abs(op, x):
+    return op.Relu(pattern.OrValue([op.Neg(x), op.Abs(x)], tag_var="which"))
+
+
+@pytest.mark.parametrize(
+    ("target", "matched", "other"),
+    [(_relu_of_neg, ["Neg"], "Abs"), (_relu_of_neg_or_abs, ["Neg", "Abs"], "Sigmoid")],
+)
+def test_a_rule_turns_away_a_node_whose_producer_is_of_none_of_its_op_types(
+    monkeypatch, target, matched, other
+):
+    # A producer of a fixed op type, or an alternative of producers of fixed op types.
+    rules = _passes.rule_set([pattern.RewriteRule(target, _relu)])
     (rule,) = rules.rules
-    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
-        (((0, 0),), "", "Neg"),
-    )
-    matched = _relu_of_op("Neg")
-    assert rules.apply_to_model(matched) == 1
-    assert [n.op_type for n in matched.graph] == ["Relu"]
+    ops = frozenset(("", op) for op in matched)
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == ((((0, 0),), ops),)
+    for op_type in matched:
+        model = _relu_of_op(op_type)
+        assert rules.apply_to_model(model) == 1
+        assert [n.op_type for n in model.graph] == ["Relu"]
 
     def asked(*_, **__):
-        pytest.fail("the matcher was asked about a Relu of an Abs")
+        pytest.fail(f"the matcher was asked about a Relu of a {other}")
 
     monkeypatch.setattr(rule._matcher, "match", asked)
-    other = _relu_of_op("Abs")
-    assert rules.apply_to_model(other) == 0
-    assert [n.op_type for n in other.graph] == ["Abs", "Relu"]
+    model = _relu_of_op(other)
+    assert rules.apply_to_model(model) == 0
+    assert [n.op_type for n in model.graph] == [other, "Relu"]
     with pytest.raises(pytest.fail.Exception, match="the matcher was asked"):
-        rules.apply_to_model(_relu_of_op("Neg"))
+        rules.apply_to_model(_relu_of_op(matched[0]))
 
 
 class _Recording(ir.passes.InPlacePass):

@@ -448,15 +448,19 @@ _PRODUCER_DEPTH = 3
 
 def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
     """What onnxscript's matcher requires of a node's producers before it can match
-    ``node_pattern`` there, as (path, domain, op type): following ``path`` (per step, the
-    input's index and the index of the producer's output it is) from the node reaches a
-    producer of that domain and op type. Only the pattern's inputs that are a node's output
-    of a fixed op type count (the matcher fails on anything else there: no producer, another
-    output, another op type); variables, constants and alternatives ask nothing here.
+    ``node_pattern`` there, as (path, op types): following ``path`` (per step, the input's
+    index and the index of the producer's output it is) from the node reaches a producer
+    whose (domain, op type) is one of ``op types``. Only the pattern's inputs that are a
+    node's output of a fixed op type count (the matcher fails on anything else there: no
+    producer, another output, another op type), and the alternatives (``OrValue``) whose
+    every choice is one: the matcher tries each choice, and each fails at a producer of an
+    op type none of them has. Variables, constants and alternatives with a variable among
+    them ask nothing here; the steps go on up only through a choice-free input.
 
     Patterns are commuted into a rule per order of the inputs, and a model has many nodes of
     the op types the rules start from (Mul, Add): these checks turn away most of them without
-    building a match.
+    building a match. (The alternatives matter for the RMSNorm rules, whose last Mul takes a
+    Cast or a Mul, where efficientnet's SiLU Muls take a Sigmoid.)
     """
     from onnxscript.rewriter import _pattern_ir
 
@@ -464,24 +468,44 @@ def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
 
     def visit(pattern, path, left):
         for index, value in enumerate(pattern.inputs):
-            if not isinstance(value, _pattern_ir.NodeOutputPattern):
+            choices = _choices(value)
+            if choices is None:
                 continue
-            producer = value.producer()
-            op, domain = _constant(producer.op), _constant(producer.domain)
-            if op is None or domain is None:
+            ops = frozenset(
+                (_constant(choice.producer().domain), _constant(choice.producer().op))
+                for choice in choices
+            )
+            output_indices = {choice.output_index for choice in choices}
+            if any(None in op for op in ops) or len(output_indices) != 1:
                 continue
-            step = (*path, (index, value.output_index))
-            checks.append((step, domain, op))
-            if left > 1:
-                visit(producer, step, left - 1)
+            step = (*path, (index, output_indices.pop()))
+            checks.append((step, ops))
+            if left > 1 and isinstance(value, _pattern_ir.NodeOutputPattern):
+                visit(value.producer(), step, left - 1)
 
     visit(node_pattern, (), depth)
     return tuple(checks)
 
 
+def _choices(value_pattern) -> list | None:
+    """The node outputs a pattern input can match: itself when it is one, the choices of an
+    alternative whose every choice is one; None for anything else."""
+    from onnxscript.rewriter import _pattern_ir
+
+    if isinstance(value_pattern, _pattern_ir.NodeOutputPattern):
+        return [value_pattern]
+    if isinstance(value_pattern, _pattern_ir.OpIdDispatchOr):
+        return [choice for _, choice in value_pattern._op_to_pattern.values()]
+    if isinstance(value_pattern, _pattern_ir.BacktrackingOr):
+        choices = list(value_pattern._values)
+        if all(isinstance(choice, _pattern_ir.NodeOutputPattern) for choice in choices):
+            return choices
+    return None
+
+
 def _producers_hold(node: ir.Node, checks: tuple) -> bool:
     """Whether ``node``'s producers meet every one of :func:`_producer_checks`' ``checks``."""
-    for path, domain, op in checks:
+    for path, ops in checks:
         current = node
         for index, output_index in path:
             inputs = current.inputs
@@ -491,7 +515,7 @@ def _producers_hold(node: ir.Node, checks: tuple) -> bool:
             current = value.producer()
             if current is None or value.index() != output_index:
                 return False
-        if current.op_type != op or current.domain != domain:
+        if (current.domain, current.op_type) not in ops:
             return False
     return True
 
