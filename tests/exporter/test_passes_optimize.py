@@ -303,3 +303,63 @@ def test_batch_norm_folds_into_the_weights_onnxscript_folds_it_into(op_type):
     assert expected.keys() == got.keys()
     for name, array in expected.items():
         assert got[name].dtype == array.dtype and got[name].tobytes() == array.tobytes(), name
+
+
+def _sums_of_constants(sizes: list[int]) -> ir.Model:
+    """x + (a + b) per size: the folder folds each a + b into an initializer (the largest
+    past its output limit, when ``a`` and ``b`` are used elsewhere too)."""
+    x = ir.val("x", ir.DataType.FLOAT, [1])
+    nodes, initializers, outputs = [], [], []
+    for i, size in enumerate(sizes):
+        pair = []
+        for name in (f"a{i}", f"b{i}"):
+            value = ir.Value(name=name, const_value=ir.tensor(np.full(size, i, np.float32)))
+            value.shape, value.type = ir.Shape([size]), ir.TensorType(ir.DataType.FLOAT)
+            initializers.append(value)
+            pair.append(value)
+        total = ir.node("Add", pair)
+        total.outputs[0].name = f"total{i}"
+        out = ir.node("Add", [x, total.outputs[0]])
+        kept = ir.node("Mul", pair)  # a second use of a and b
+        nodes += [total, out, kept]
+        outputs += [out.outputs[0], kept.outputs[0]]
+    graph = ir.Graph(
+        [x], outputs, nodes=nodes, initializers=initializers, opset_imports={"": 20}, name="g"
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_the_folder_makes_the_tensors_onnxscripts_folder_makes():
+    from onnxscript.optimizer import _constant_folding
+
+    limit = 16
+    options = dict(shape_inference=True, input_size_limit=1024, output_size_limit=limit)
+    ours, theirs = (_sums_of_constants([2, 3, limit + 1]) for _ in range(2))
+    _passes._known_shapes_first()(**options)(ours)
+    _constant_folding.FoldConstantsPass(**options)(theirs)
+    assert ir.to_proto(ours) == ir.to_proto(theirs)
+    folded = {name: v.const_value for name, v in ours.graph.initializers.items()}
+    assert {"total0", "total1"} <= folded.keys() and "total2" not in folded
+    assert type(folded["total0"]) is ir.Tensor and folded["total0"].name == "total0"
+
+
+def test_an_op_type_is_found_in_subgraphs_and_functions():
+    model = _two_halves_and_others(1)
+    assert _passes._holds_any(model, frozenset({("", "Relu")}))
+    assert not _passes._holds_any(model, frozenset({("", "Where")}))
+
+    def branch(op_type):
+        inner = ir.node(op_type, [model.graph.inputs[0]])
+        return ir.Graph([], inner.outputs, nodes=[inner], name=op_type)
+
+    condition = ir.val("c", ir.DataType.BOOL, [])
+    model.graph.append(
+        ir.node("If", [condition], {"then_branch": branch("Abs"), "else_branch": branch("Where")})
+    )
+    assert _passes._holds_any(model, frozenset({("", "Where")}))
+    other = _two_halves_and_others(0)
+    graph = ir.Graph([], [], nodes=[ir.node("Erf", [])])
+    function = ir.Function("custom", "f", graph=graph, attributes=[])
+    other.functions[function.identifier()] = function
+    assert _passes._holds_any(other, frozenset({("", "Erf")}))
+    assert not _passes._holds_any(other, frozenset({("", "Relu")}))

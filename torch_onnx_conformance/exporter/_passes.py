@@ -94,7 +94,7 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
-    rules = rule_set(_default_rewrite_rules())
+    rules = _default_rule_set()
     # A rule set with a rule that keeps the nodes it matched removes the unused nodes itself
     # after every application (onnxscript's set does), and nothing after it adds a node: the
     # clean-up's removal, and the removal onnxscript's optimizer runs next, find none then.
@@ -121,6 +121,15 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     if inline:
         passes.insert(0, common.InlinePass())
     return ir.passes.Sequential(*passes)
+
+
+@functools.cache
+def _default_rule_set():
+    """:func:`rule_set` of :func:`_default_rewrite_rules`, built once: its rules are
+    onnxscript's module-level rules (copied, sharing whatever they hold), and the set keeps
+    nothing of a model between applications, so every export can use the same set (building
+    it, the rules' copies and their producer checks, cost ~1 ms an export)."""
+    return rule_set(_default_rewrite_rules())
 
 
 def _default_rewrite_rules() -> tuple:
@@ -218,6 +227,13 @@ def _known_shapes_first() -> type:
     shapes, preferring the dims they have: a fixed dim stays as it is, so for such a node
     inference changes nothing, and it was most of the folder's time (ssdlite: 0.6 of 1.0 s).
     A node with any unknown or symbolic output dim, or no dtype, is inferred as before.
+
+    A folded array within the size limit becomes ``ir.Tensor(array)``, the tensor onnx_ir's
+    ``ir.tensor`` makes of a numpy array, without its way there: ``ir.tensor`` first asks
+    whether the array is an ``ir.TensorProtocol``, and on Python 3.11 an ``isinstance``
+    against a protocol with data members walks the protocol's attributes on every call
+    (~25 us; t5 folds ~150 arrays an export). A larger array, or anything else, goes
+    through the folder's own step, which also weighs its size.
     """
     from onnxscript.optimizer import _constant_folding
 
@@ -225,6 +241,13 @@ def _known_shapes_first() -> type:
         def _do_inference(self, node: ir.Node) -> None:
             if not all(_fixed(value) for value in node.outputs):
                 super()._do_inference(node)
+
+        def _prepare_folded_tensor(self, node, output_name, output_array):
+            if type(output_array) is not np.ndarray or output_array.size > self.output_size_limit:
+                return super()._prepare_folded_tensor(node, output_name, output_array)
+            tensor = ir.Tensor(output_array)
+            tensor.name = output_name
+            return tensor
 
     return KnownShapesFirst
 
@@ -349,13 +372,21 @@ def _start(rule) -> tuple[str, str] | None:
 
 def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
     """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
-    ((domain, op type) pairs); stops at the first one."""
+    ((domain, op type) pairs); stops at the first one. (A walk over the graphs' node lists:
+    onnx_ir's RecursiveGraphIterator, a generator per node, cost more than the question.)"""
     graphs = [model.graph, *model.functions.values()]
-    return any(
-        (node.domain, node.op_type) in op_types
-        for graph in graphs
-        for node in ir.traversal.RecursiveGraphIterator(graph)
-    )
+    while graphs:
+        for node in graphs.pop():
+            if (node.domain, node.op_type) in op_types:
+                return True
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr):
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    graphs.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    graphs.extend(attr.value)
+    return False
 
 
 def _first_node(rule):
