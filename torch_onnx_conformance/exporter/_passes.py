@@ -252,6 +252,20 @@ def _known_shapes_first() -> type:
     return KnownShapesFirst
 
 
+def fold_constants(model: ir.Model) -> None:
+    """onnxscript's ``fold_constants`` with its defaults (no ONNX shape inference, the
+    default size limits, its own choice of what to fold), through
+    :func:`_known_shapes_first`'s folder: without shape inference that folder is
+    onnxscript's, but for the way a folded array becomes a tensor."""
+    from onnxscript.optimizer import _constant_folding
+
+    _known_shapes_first()(
+        shape_inference=False,
+        input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+        output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+    )(model)
+
+
 def _fixed(value: ir.Value) -> bool:
     """Whether ``value`` has a dtype and a shape whose every dim is a fixed size."""
     shape = value.shape
