@@ -363,3 +363,37 @@ def test_an_op_type_is_found_in_subgraphs_and_functions():
     other.functions[function.identifier()] = function
     assert _passes._holds_any(other, frozenset({("", "Erf")}))
     assert not _passes._holds_any(other, frozenset({("", "Relu")}))
+
+
+def _times(other: ir.Value) -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    inputs = [x] if other.const_value is not None else [x, other]
+    initializers = [other] if other.const_value is not None else []
+    mul = ir.node("Mul", [x, other])
+    graph = ir.Graph(
+        inputs, mul.outputs, nodes=[mul], initializers=initializers, opset_imports={"": 20}
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_a_rule_turns_away_a_node_whose_input_is_not_the_constant_its_pattern_has(monkeypatch):
+    def times_one(op, x):
+        return op.Mul(x, 1.0)
+
+    rules = _passes.rule_set([pattern.RewriteRule(times_one, _relu)])
+    (rule,) = rules.rules
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
+        (((1, None),), None),
+    )
+    one = ir.Value(name="one", const_value=ir.tensor(np.array(1.0, np.float32)))
+    matched = _times(one)
+    assert rules.apply_to_model(matched) == 1
+    assert [n.op_type for n in matched.graph] == ["Relu"]
+
+    def asked(*_, **__):
+        pytest.fail("the matcher was asked about a Mul of two inputs")
+
+    monkeypatch.setattr(rule._matcher, "match", asked)
+    other = _times(ir.val("y", ir.DataType.FLOAT, [2]))
+    assert rules.apply_to_model(other) == 0
+    assert [n.op_type for n in other.graph] == ["Mul"]

@@ -499,13 +499,17 @@ def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
     node's output of a fixed op type count (the matcher fails on anything else there: no
     producer, another output, another op type), and the alternatives (``OrValue``) whose
     every choice is one: the matcher tries each choice, and each fails at a producer of an
-    op type none of them has. Variables, constants and alternatives with a variable among
-    them ask nothing here; the steps go on up only through a choice-free input.
+    op type none of them has. A pattern input that is a constant (onnxscript's ``Constant``,
+    the 1 of ``x * 1``) is a check whose last step has no output index and whose op types are
+    None: the input there must be a value with a constant value (the matcher fails on a
+    missing input or one without). Variables and alternatives with a variable among them ask
+    nothing here; the steps go on up only through a choice-free input.
 
     Patterns are commuted into a rule per order of the inputs, and a model has many nodes of
     the op types the rules start from (Mul, Add): these checks turn away most of them without
     building a match. (The alternatives matter for the RMSNorm rules, whose last Mul takes a
-    Cast or a Mul, where efficientnet's SiLU Muls take a Sigmoid.)
+    Cast or a Mul, where efficientnet's SiLU Muls take a Sigmoid; the constants for
+    onnxscript's ``x * 1``, ``x + 0`` rules, asked about every Mul and Add.)
     """
     from onnxscript.rewriter import _pattern_ir
 
@@ -513,6 +517,9 @@ def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
 
     def visit(pattern, path, left):
         for index, value in enumerate(pattern.inputs):
+            if isinstance(value, _pattern_ir.Constant):
+                checks.append(((*path, (index, None)), None))
+                continue
             choices = _choices(value)
             if choices is None:
                 continue
@@ -549,7 +556,8 @@ def _choices(value_pattern) -> list | None:
 
 
 def _producers_hold(node: ir.Node, checks: tuple) -> bool:
-    """Whether ``node``'s producers meet every one of :func:`_producer_checks`' ``checks``."""
+    """Whether ``node``'s producers and constant inputs meet every one of
+    :func:`_producer_checks`' ``checks``."""
     for path, ops in checks:
         current = node
         for index, output_index in path:
@@ -557,10 +565,15 @@ def _producers_hold(node: ir.Node, checks: tuple) -> bool:
             value = inputs[index] if index < len(inputs) else None
             if value is None:
                 return False
+            if output_index is None:  # a constant's step, the last
+                break
             current = value.producer()
             if current is None or value.index() != output_index:
                 return False
-        if (current.domain, current.op_type) not in ops:
+        if ops is None:
+            if value.const_value is None:
+                return False
+        elif (current.domain, current.op_type) not in ops:
             return False
     return True
 
