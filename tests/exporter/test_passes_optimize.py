@@ -397,3 +397,58 @@ def test_a_rule_turns_away_a_node_whose_input_is_not_the_constant_its_pattern_ha
     other = _times(ir.val("y", ir.DataType.FLOAT, [2]))
     assert rules.apply_to_model(other) == 0
     assert [n.op_type for n in other.graph] == ["Mul"]
+
+
+def _fill(dtype: ir.DataType) -> ir.Model:
+    shape = ir.Value(name="shape", const_value=ir.tensor(np.array([2, 3], np.int64)))
+    fill = ir.node("ConstantOfShape", [shape], {"value": ir.tensor(np.array([0.5], dtype.numpy()))})
+    fill.outputs[0].dtype, fill.outputs[0].shape = dtype, ir.Shape([2, 3])
+    relu = ir.node("Relu", fill.outputs)  # not a fill: left as it is
+    graph = ir.Graph(
+        [], relu.outputs, nodes=[fill, relu], initializers=[shape], opset_imports={"": 20}
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize("dtype", [ir.DataType.FLOAT8E4M3FN, ir.DataType.FLOAT16])
+def test_a_float8_fill_is_filled_in_float32_then_cast(dtype):
+    model = _fill(dtype)
+    _passes.widen_float8_fills(model)
+    nodes = list(model.graph)
+    if dtype == ir.DataType.FLOAT16:
+        assert [n.op_type for n in nodes] == ["ConstantOfShape", "Relu"]
+        return
+    assert [n.op_type for n in nodes] == ["ConstantOfShape", "Cast", "Relu"]
+    fill, cast, relu = nodes
+    assert fill.attributes["value"].as_tensor().dtype == ir.DataType.FLOAT
+    assert fill.attributes["value"].as_tensor().numpy().tolist() == [0.5]
+    assert cast.attributes["to"].as_int() == dtype and relu.inputs[0] is cast.outputs[0]
+
+
+def _calling_a_function() -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    inner_x = ir.val("a", ir.DataType.FLOAT, [2])
+    inner = ir.node("Relu", [inner_x])
+    body = ir.Graph([inner_x], inner.outputs, nodes=[inner], opset_imports={"": 20})
+    function = ir.Function("local", "f", graph=body, attributes=[])
+    call = ir.node("f", [x], domain="local")
+    call.outputs[0].dtype, call.outputs[0].shape = ir.DataType.FLOAT, ir.Shape([2])
+    graph = ir.Graph([x], call.outputs, nodes=[call], opset_imports={"": 20, "local": 1})
+    return ir.Model(graph, ir_version=10, functions=[function])
+
+
+def test_functions_are_inlined_when_not_kept_and_no_inlining_runs_without_any(monkeypatch):
+    model = _calling_a_function()
+    _passes.optimize(model, keep_functions=False)
+    assert [n.op_type for n in model.graph] == ["Relu"] and not model.functions
+    kept = _calling_a_function()
+    _passes.optimize(kept)
+    assert [n.op_type for n in kept.graph] == ["f"] and kept.functions
+
+    def inlining(*_):
+        pytest.fail("InlinePass ran on a model without functions")
+
+    monkeypatch.setattr(ir.passes.common.InlinePass, "call", inlining)
+    plain = _relu_of([2, 8])
+    _passes.optimize(plain, keep_functions=False)
+    assert [n.op_type for n in plain.graph] == ["Relu"]

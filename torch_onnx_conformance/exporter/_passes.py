@@ -77,8 +77,10 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
 
     if keep_functions is None:
         keep_functions = bool(model.functions)
+    # Inlining a model without functions finds no call to inline (onnx_ir's InlinePass only
+    # lists the graph's names then): it runs only where there is a function to inline.
     with _quiet_folding_misses():
-        _onnxscript_optimizer(inline=not keep_functions)(model)
+        _onnxscript_optimizer(inline=not keep_functions and bool(model.functions))(model)
     # After folding, so that constant cos/sin tables and shapes are visible to the rules.
     _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
@@ -658,9 +660,14 @@ def _fold_small_fills(node: ir.Node) -> bool | None:
 def widen_float8_fills(model: ir.Model) -> None:
     """onnxruntime cannot load a ConstantOfShape with a float8 fill: fill in float32, then
     Cast (the fill value is a float8 value, so the cast is exact)."""
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+    fills = [
+        node
+        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx")
+    ]
+    for node in fills:
         attr = node.attributes.get("value")
-        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not attr:
+        if not attr:
             continue
         fill = attr.as_tensor()
         if fill.dtype not in _dtypes.FLOAT8_TYPES:
