@@ -452,3 +452,85 @@ def test_functions_are_inlined_when_not_kept_and_no_inlining_runs_without_any(mo
     plain = _relu_of([2, 8])
     _passes.optimize(plain, keep_functions=False)
     assert [n.op_type for n in plain.graph] == ["Relu"]
+
+
+_INFERRED_OPS = [
+    *[(op, 1, {}) for op in ("Sigmoid", "Sqrt", "Relu", "Neg", "Erf", "Cos", "Not", "Abs")],
+    ("Softmax", 1, {"axis": -1}),
+    ("Softmax", 1, {"axis": 5}),
+    ("Softmax", 1, {}),
+    *[(op, 2, {}) for op in ("Add", "Mul", "Div", "Equal", "Less", "And", "MatMul", "Pow")],
+    ("Where", 3, {}),
+    ("Transpose", 1, {}),
+    ("Transpose", 1, {"perm": [1, 0, 2]}),
+    ("Transpose", 1, {"perm": [0, 0, 1]}),
+    ("Cast", 1, {"to": ir.DataType.FLOAT16}),
+    ("Cast", 1, {"to": ir.DataType.BFLOAT16}),
+    ("Cast", 1, {"to": ir.DataType.FLOAT8E4M3FN}),
+    ("Add", 2, {"alpha": 1.0}),
+    ("Unsqueeze", 1, {}),
+]
+_INFERRED_DTYPES = [
+    ir.DataType.FLOAT,
+    ir.DataType.FLOAT16,
+    ir.DataType.BFLOAT16,
+    ir.DataType.INT64,
+    ir.DataType.INT8,
+    ir.DataType.BOOL,
+]
+
+
+def _random_node(rng, op, arity, attributes) -> ir.Node:
+    base = [int(d) for d in rng.integers(0, 4, size=rng.integers(0, 4))]
+    inputs = []
+    for i in range(arity):
+        shape = list(base[rng.integers(0, len(base) + 1) :]) if base else []
+        shape = [1 if rng.random() < 0.3 else d for d in shape]
+        if rng.random() < 0.15:
+            shape = [*shape, int(rng.integers(1, 4))]
+        if op == "Transpose" and "perm" in attributes:
+            shape = [int(d) for d in rng.integers(1, 4, size=3)]
+        if op == "Where" and i == 0:
+            dtype = ir.DataType.BOOL if rng.random() < 0.8 else ir.DataType.FLOAT
+        elif i and rng.random() < 0.8:
+            dtype = inputs[0].dtype
+        else:
+            dtype = _INFERRED_DTYPES[rng.integers(0, len(_INFERRED_DTYPES))]
+        inputs.append(ir.val(f"in{i}", dtype, shape))
+    node = ir.node(op, inputs, attributes)
+    node.outputs[0].name = "out"
+    if rng.random() < 0.2:
+        node.outputs[0].dtype = inputs[0].dtype  # a dtype without a shape
+    return node
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, 23])
+def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
+    # The folder's own answer for an elementwise op, a broadcast, a Transpose, a Cast or a
+    # MatMul, against ONNX shape inference on the same node: the same dtype and shape, or no
+    # answer of its own (ONNX asked).
+    from onnxscript.optimizer import _constant_folding
+
+    options = dict(shape_inference=True, input_size_limit=1024, output_size_limit=1024)
+    ours, theirs = (
+        _passes._known_shapes_first()(**options),
+        _constant_folding.FoldConstantsPass(**options),
+    )
+    ours._opset_imports = theirs._opset_imports = {"": opset}
+    rng = np.random.default_rng(opset)
+    answered = 0
+    for _ in range(40):
+        for op, arity, attributes in _INFERRED_OPS:
+            seed = int(rng.integers(0, 2**31))
+            mine, onnx_s = (
+                _random_node(np.random.default_rng(seed), op, arity, attributes) for _ in range(2)
+            )
+            answered += _passes._infer_simply(mine) is not None
+            ours._do_inference(mine)
+            _constant_folding.FoldConstantsPass._do_inference(theirs, onnx_s)
+            got, want = mine.outputs[0], onnx_s.outputs[0]
+            case = (op, attributes, [(v.dtype, v.shape) for v in onnx_s.inputs])
+            assert got.type == want.type, case
+            assert got.shape == want.shape, case
+            assert ir.to_proto(got) == ir.to_proto(want), case
+    assert answered > 300
