@@ -253,11 +253,13 @@ def _known_shapes_first() -> type:
                 return
             simple = self._opset_imports.get("", 0) >= _SIMPLE_FROM
             inferred = _infer_simply(node) if simple else None
-            if inferred is None:
+            output = node.outputs[0]
+            if inferred is None or (
+                output.shape is not None and len(output.shape) != len(inferred[1])
+            ):  # (ONNX's answer of another rank fails to merge; the folder logs that)
                 super()._do_inference(node)
                 return
             dtype, dims = inferred
-            output = node.outputs[0]
             shape = ir.Shape(dims, denotations=[None] * len(dims), frozen=True)
             output.shape = _constant_folding._merge_shapes(output.shape, shape)
             output.type = ir.TensorType(dtype)
