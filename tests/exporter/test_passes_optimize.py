@@ -541,3 +541,16 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
             assert got.shape == want.shape, case
             assert ir.to_proto(got) == ir.to_proto(want), case
     assert answered > 300
+
+
+def test_a_rule_set_built_once_keeps_nothing_of_the_model_it_rewrote():
+    import gc
+    import weakref
+
+    rules = _passes._default_rule_set()
+    model = _conv_or_gemm_then_batch_norm("Conv", seed=1)
+    assert rules.apply_to_model(model) == 1  # a match, and many misses
+    graph = weakref.ref(model.graph)
+    del model
+    gc.collect()
+    assert graph() is None
