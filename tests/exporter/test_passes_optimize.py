@@ -148,9 +148,9 @@ def test_a_rule_set_asks_each_node_only_the_rules_that_start_at_its_op_type(monk
     assert {op_type for _, op_type in asked} == present
 
 
-def _relu_of(shape) -> ir.Model:
+def _relu_of(shape, op_type: str = "Relu") -> ir.Model:
     x = ir.val("x", ir.DataType.FLOAT, [2, 8])
-    relu = ir.node("Relu", [x])
+    relu = ir.node(op_type, [x])
     relu.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
     relu.outputs[0].shape = None if shape is None else ir.Shape(shape)
     graph = ir.Graph([x], relu.outputs, nodes=[relu], opset_imports={"": 20}, name="g")
@@ -168,15 +168,19 @@ def test_the_folder_infers_no_shape_the_outputs_have(monkeypatch):
         return infer(schema, node, *args, **kwargs)
 
     monkeypatch.setattr(onnx.shape_inference, "infer_node_outputs", counting)
-    unknown = _relu_of(None)
+    unknown = _relu_of(None, "Elu")  # an op the folder asks ONNX about
     _passes._onnxscript_optimizer(inline=True)(unknown)
-    assert inferred == ["Relu"]
+    assert inferred == ["Elu"]
     assert unknown.graph.outputs[0].shape == ir.Shape([2, 8])
     inferred.clear()
-    known = _relu_of([2, 8])
+    known = _relu_of([2, 8], "Elu")
     _passes._onnxscript_optimizer(inline=True)(known)
     assert inferred == []
     assert known.graph.outputs[0].shape == ir.Shape([2, 8])
+    simple = _relu_of(None)  # a Relu's shape is its input's: the folder's own answer
+    _passes._onnxscript_optimizer(inline=True)(simple)
+    assert inferred == []
+    assert simple.graph.outputs[0].shape == ir.Shape([2, 8])
 
 
 def test_a_symbolic_dim_is_still_inferred():
@@ -193,31 +197,44 @@ def _relu_of_op(op_type: str) -> ir.Model:
     return ir.Model(graph, ir_version=10)
 
 
-def test_a_rule_turns_away_a_node_whose_producer_is_of_another_op_type(monkeypatch):
-    def relu_of_neg(op, x):
-        return op.Relu(op.Neg(x))
+def _relu_of_neg(op, x):
+    return op.Relu(op.Neg(x))
 
-    def relu(op, x):
-        return op.Relu(x)
 
-    rules = _passes.rule_set([pattern.RewriteRule(relu_of_neg, relu)])
+def _relu(op, x, **_):
+    return op.Relu(x)
+
+
+def _relu_of_neg_or_abs(op, x):
+    return op.Relu(pattern.OrValue([op.Neg(x), op.Abs(x)], tag_var="which"))
+
+
+@pytest.mark.parametrize(
+    ("target", "matched", "other"),
+    [(_relu_of_neg, ["Neg"], "Abs"), (_relu_of_neg_or_abs, ["Neg", "Abs"], "Sigmoid")],
+)
+def test_a_rule_turns_away_a_node_whose_producer_is_of_none_of_its_op_types(
+    monkeypatch, target, matched, other
+):
+    # A producer of a fixed op type, or an alternative of producers of fixed op types.
+    rules = _passes.rule_set([pattern.RewriteRule(target, _relu)])
     (rule,) = rules.rules
-    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
-        (((0, 0),), "", "Neg"),
-    )
-    matched = _relu_of_op("Neg")
-    assert rules.apply_to_model(matched) == 1
-    assert [n.op_type for n in matched.graph] == ["Relu"]
+    ops = frozenset(("", op) for op in matched)
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == ((((0, 0),), ops),)
+    for op_type in matched:
+        model = _relu_of_op(op_type)
+        assert rules.apply_to_model(model) == 1
+        assert [n.op_type for n in model.graph] == ["Relu"]
 
     def asked(*_, **__):
-        pytest.fail("the matcher was asked about a Relu of an Abs")
+        pytest.fail(f"the matcher was asked about a Relu of a {other}")
 
     monkeypatch.setattr(rule._matcher, "match", asked)
-    other = _relu_of_op("Abs")
-    assert rules.apply_to_model(other) == 0
-    assert [n.op_type for n in other.graph] == ["Abs", "Relu"]
+    model = _relu_of_op(other)
+    assert rules.apply_to_model(model) == 0
+    assert [n.op_type for n in model.graph] == [other, "Relu"]
     with pytest.raises(pytest.fail.Exception, match="the matcher was asked"):
-        rules.apply_to_model(_relu_of_op("Neg"))
+        rules.apply_to_model(_relu_of_op(matched[0]))
 
 
 class _Recording(ir.passes.InPlacePass):
@@ -290,3 +307,250 @@ def test_batch_norm_folds_into_the_weights_onnxscript_folds_it_into(op_type):
     assert expected.keys() == got.keys()
     for name, array in expected.items():
         assert got[name].dtype == array.dtype and got[name].tobytes() == array.tobytes(), name
+
+
+def _sums_of_constants(sizes: list[int]) -> ir.Model:
+    """x + (a + b) per size: the folder folds each a + b into an initializer (the largest
+    past its output limit, when ``a`` and ``b`` are used elsewhere too)."""
+    x = ir.val("x", ir.DataType.FLOAT, [1])
+    nodes, initializers, outputs = [], [], []
+    for i, size in enumerate(sizes):
+        pair = []
+        for name in (f"a{i}", f"b{i}"):
+            value = ir.Value(name=name, const_value=ir.tensor(np.full(size, i, np.float32)))
+            value.shape, value.type = ir.Shape([size]), ir.TensorType(ir.DataType.FLOAT)
+            initializers.append(value)
+            pair.append(value)
+        total = ir.node("Add", pair)
+        total.outputs[0].name = f"total{i}"
+        out = ir.node("Add", [x, total.outputs[0]])
+        kept = ir.node("Mul", pair)  # a second use of a and b
+        nodes += [total, out, kept]
+        outputs += [out.outputs[0], kept.outputs[0]]
+    graph = ir.Graph(
+        [x], outputs, nodes=nodes, initializers=initializers, opset_imports={"": 20}, name="g"
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_the_folder_makes_the_tensors_onnxscripts_folder_makes():
+    from onnxscript.optimizer import _constant_folding
+
+    limit = 16
+    options = dict(shape_inference=True, input_size_limit=1024, output_size_limit=limit)
+    ours, theirs = (_sums_of_constants([2, 3, limit + 1]) for _ in range(2))
+    _passes._known_shapes_first()(**options)(ours)
+    _constant_folding.FoldConstantsPass(**options)(theirs)
+    assert ir.to_proto(ours) == ir.to_proto(theirs)
+    folded = {name: v.const_value for name, v in ours.graph.initializers.items()}
+    assert {"total0", "total1"} <= folded.keys() and "total2" not in folded
+    assert type(folded["total0"]) is ir.Tensor and folded["total0"].name == "total0"
+
+
+def test_an_op_type_is_found_in_subgraphs_and_functions():
+    model = _two_halves_and_others(1)
+    assert _passes._holds_any(model, frozenset({("", "Relu")}))
+    assert not _passes._holds_any(model, frozenset({("", "Where")}))
+
+    def branch(op_type):
+        inner = ir.node(op_type, [model.graph.inputs[0]])
+        return ir.Graph([], inner.outputs, nodes=[inner], name=op_type)
+
+    condition = ir.val("c", ir.DataType.BOOL, [])
+    model.graph.append(
+        ir.node("If", [condition], {"then_branch": branch("Abs"), "else_branch": branch("Where")})
+    )
+    assert _passes._holds_any(model, frozenset({("", "Where")}))
+    other = _two_halves_and_others(0)
+    graph = ir.Graph([], [], nodes=[ir.node("Erf", [])])
+    function = ir.Function("custom", "f", graph=graph, attributes=[])
+    other.functions[function.identifier()] = function
+    assert _passes._holds_any(other, frozenset({("", "Erf")}))
+    assert not _passes._holds_any(other, frozenset({("", "Relu")}))
+
+
+def _times(other: ir.Value) -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    inputs = [x] if other.const_value is not None else [x, other]
+    initializers = [other] if other.const_value is not None else []
+    mul = ir.node("Mul", [x, other])
+    graph = ir.Graph(
+        inputs, mul.outputs, nodes=[mul], initializers=initializers, opset_imports={"": 20}
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_a_rule_turns_away_a_node_whose_input_is_not_the_constant_its_pattern_has(monkeypatch):
+    def times_one(op, x):
+        return op.Mul(x, 1.0)
+
+    rules = _passes.rule_set([pattern.RewriteRule(times_one, _relu)])
+    (rule,) = rules.rules
+    assert _passes._producer_checks(rule._matcher.pattern.output_nodes[0]) == (
+        (((1, None),), None),
+    )
+    one = ir.Value(name="one", const_value=ir.tensor(np.array(1.0, np.float32)))
+    matched = _times(one)
+    assert rules.apply_to_model(matched) == 1
+    assert [n.op_type for n in matched.graph] == ["Relu"]
+
+    def asked(*_, **__):
+        pytest.fail("the matcher was asked about a Mul of two inputs")
+
+    monkeypatch.setattr(rule._matcher, "match", asked)
+    other = _times(ir.val("y", ir.DataType.FLOAT, [2]))
+    assert rules.apply_to_model(other) == 0
+    assert [n.op_type for n in other.graph] == ["Mul"]
+
+
+def _fill(dtype: ir.DataType) -> ir.Model:
+    shape = ir.Value(name="shape", const_value=ir.tensor(np.array([2, 3], np.int64)))
+    fill = ir.node("ConstantOfShape", [shape], {"value": ir.tensor(np.array([0.5], dtype.numpy()))})
+    fill.outputs[0].dtype, fill.outputs[0].shape = dtype, ir.Shape([2, 3])
+    relu = ir.node("Relu", fill.outputs)  # not a fill: left as it is
+    graph = ir.Graph(
+        [], relu.outputs, nodes=[fill, relu], initializers=[shape], opset_imports={"": 20}
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize("dtype", [ir.DataType.FLOAT8E4M3FN, ir.DataType.FLOAT16])
+def test_a_float8_fill_is_filled_in_float32_then_cast(dtype):
+    model = _fill(dtype)
+    _passes.widen_float8_fills(model)
+    nodes = list(model.graph)
+    if dtype == ir.DataType.FLOAT16:
+        assert [n.op_type for n in nodes] == ["ConstantOfShape", "Relu"]
+        return
+    assert [n.op_type for n in nodes] == ["ConstantOfShape", "Cast", "Relu"]
+    fill, cast, relu = nodes
+    assert fill.attributes["value"].as_tensor().dtype == ir.DataType.FLOAT
+    assert fill.attributes["value"].as_tensor().numpy().tolist() == [0.5]
+    assert cast.attributes["to"].as_int() == dtype and relu.inputs[0] is cast.outputs[0]
+
+
+def _calling_a_function() -> ir.Model:
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    inner_x = ir.val("a", ir.DataType.FLOAT, [2])
+    inner = ir.node("Relu", [inner_x])
+    body = ir.Graph([inner_x], inner.outputs, nodes=[inner], opset_imports={"": 20})
+    function = ir.Function("local", "f", graph=body, attributes=[])
+    call = ir.node("f", [x], domain="local")
+    call.outputs[0].dtype, call.outputs[0].shape = ir.DataType.FLOAT, ir.Shape([2])
+    graph = ir.Graph([x], call.outputs, nodes=[call], opset_imports={"": 20, "local": 1})
+    return ir.Model(graph, ir_version=10, functions=[function])
+
+
+def test_functions_are_inlined_when_not_kept_and_no_inlining_runs_without_any(monkeypatch):
+    model = _calling_a_function()
+    _passes.optimize(model, keep_functions=False)
+    assert [n.op_type for n in model.graph] == ["Relu"] and not model.functions
+    kept = _calling_a_function()
+    _passes.optimize(kept)
+    assert [n.op_type for n in kept.graph] == ["f"] and kept.functions
+
+    def inlining(*_):
+        pytest.fail("InlinePass ran on a model without functions")
+
+    monkeypatch.setattr(ir.passes.common.InlinePass, "call", inlining)
+    plain = _relu_of([2, 8])
+    _passes.optimize(plain, keep_functions=False)
+    assert [n.op_type for n in plain.graph] == ["Relu"]
+
+
+_INFERRED_OPS = [
+    *[(op, 1, {}) for op in ("Sigmoid", "Sqrt", "Relu", "Neg", "Erf", "Cos", "Not", "Abs")],
+    ("Softmax", 1, {"axis": -1}),
+    ("Softmax", 1, {"axis": 5}),
+    ("Softmax", 1, {}),
+    *[(op, 2, {}) for op in ("Add", "Mul", "Div", "Equal", "Less", "And", "MatMul", "Pow")],
+    ("Where", 3, {}),
+    ("Transpose", 1, {}),
+    ("Transpose", 1, {"perm": [1, 0, 2]}),
+    ("Transpose", 1, {"perm": [0, 0, 1]}),
+    ("Cast", 1, {"to": ir.DataType.FLOAT16}),
+    ("Cast", 1, {"to": ir.DataType.BFLOAT16}),
+    ("Cast", 1, {"to": ir.DataType.FLOAT8E4M3FN}),
+    ("Add", 2, {"alpha": 1.0}),
+    ("Unsqueeze", 1, {}),
+]
+_INFERRED_DTYPES = [
+    ir.DataType.FLOAT,
+    ir.DataType.FLOAT16,
+    ir.DataType.BFLOAT16,
+    ir.DataType.INT64,
+    ir.DataType.INT8,
+    ir.DataType.BOOL,
+]
+
+
+def _random_node(rng, op, arity, attributes) -> ir.Node:
+    base = [int(d) for d in rng.integers(0, 4, size=rng.integers(0, 4))]
+    inputs = []
+    for i in range(arity):
+        shape = list(base[rng.integers(0, len(base) + 1) :]) if base else []
+        shape = [1 if rng.random() < 0.3 else d for d in shape]
+        if rng.random() < 0.15:
+            shape = [*shape, int(rng.integers(1, 4))]
+        if op == "Transpose" and "perm" in attributes:
+            shape = [int(d) for d in rng.integers(1, 4, size=3)]
+        if op == "Where" and i == 0:
+            dtype = ir.DataType.BOOL if rng.random() < 0.8 else ir.DataType.FLOAT
+        elif i and rng.random() < 0.8:
+            dtype = inputs[0].dtype
+        else:
+            dtype = _INFERRED_DTYPES[rng.integers(0, len(_INFERRED_DTYPES))]
+        inputs.append(ir.val(f"in{i}", dtype, shape))
+    node = ir.node(op, inputs, attributes)
+    node.outputs[0].name = "out"
+    if rng.random() < 0.2:
+        node.outputs[0].dtype = inputs[0].dtype  # a dtype without a shape
+    if rng.random() < 0.2:  # dims unknown, of a rank that may not be the answer's
+        node.outputs[0].shape = ir.Shape([None] * int(rng.integers(0, 4)))
+    return node
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, 23])
+def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
+    # The folder's own answer for an elementwise op, a broadcast, a Transpose, a Cast or a
+    # MatMul, against ONNX shape inference on the same node (for a node whose outputs are
+    # not all fixed already): the same dtype and shape, or no answer of its own (ONNX asked).
+    from onnxscript.optimizer import _constant_folding
+
+    options = dict(shape_inference=True, input_size_limit=1024, output_size_limit=1024)
+    ours, theirs = (
+        _passes._known_shapes_first()(**options),
+        _constant_folding.FoldConstantsPass(**options),
+    )
+    ours._opset_imports = theirs._opset_imports = {"": opset}
+    rng = np.random.default_rng(opset)
+    answered = 0
+    for _ in range(40):
+        for op, arity, attributes in _INFERRED_OPS:
+            seed = int(rng.integers(0, 2**31))
+            mine, onnx_s = (
+                _random_node(np.random.default_rng(seed), op, arity, attributes) for _ in range(2)
+            )
+            answered += _passes._infer_simply(mine) is not None
+            ours._do_inference(mine)
+            if not all(_passes._fixed(value) for value in onnx_s.outputs):  # as before
+                _constant_folding.FoldConstantsPass._do_inference(theirs, onnx_s)
+            got, want = mine.outputs[0], onnx_s.outputs[0]
+            case = (op, attributes, [(v.dtype, v.shape) for v in onnx_s.inputs])
+            assert got.type == want.type, case
+            assert got.shape == want.shape, case
+            assert ir.to_proto(got) == ir.to_proto(want), case
+    assert answered > 300
+
+
+def test_a_rule_set_built_once_keeps_nothing_of_the_model_it_rewrote():
+    import gc
+    import weakref
+
+    rules = _passes._default_rule_set()
+    model = _conv_or_gemm_then_batch_norm("Conv", seed=1)
+    assert rules.apply_to_model(model) == 1  # a match, and many misses
+    graph = weakref.ref(model.graph)
+    del model
+    gc.collect()
+    assert graph() is None

@@ -29,7 +29,6 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
-import onnxscript.optimizer
 from onnxscript.rewriter import pattern
 
 from torch_onnx_conformance.exporter import _dtypes, _passes
@@ -671,14 +670,18 @@ def fuse(model: ir.Model) -> dict[str, int]:
             counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per
-        # use, while q and k of every layer share them (CSE).
-        onnxscript.optimizer.fold_constants(model)
+        # use, while q and k of every layer share them (CSE). After the removal of unused
+        # nodes, lifting the constants, merging equal initializers and CSE leave none:
+        # each only moves uses onto a value that stays (the initializer lifted or kept, the
+        # first of two equal nodes, whose inputs are the second's), and adds no input or
+        # output to a node; a second removal after them (onnxscript's optimizer runs one)
+        # would find nothing to remove, no trailing empty input, no unused optional output.
+        _passes.fold_constants(model)
         ir.passes.Sequential(
             common.RemoveUnusedNodesPass(),
             common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
             common.DeduplicateInitializersPass(),
             common.CommonSubexpressionEliminationPass(),
-            common.RemoveUnusedNodesPass(),
             common.NameFixPass(),
         )(model)
     return counts

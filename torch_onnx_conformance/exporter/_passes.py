@@ -77,8 +77,10 @@ def optimize(model: ir.Model, *, keep_functions: bool | None = None) -> None:
 
     if keep_functions is None:
         keep_functions = bool(model.functions)
+    # Inlining a model without functions finds no call to inline (onnx_ir's InlinePass only
+    # lists the graph's names then): it runs only where there is a function to inline.
     with _quiet_folding_misses():
-        _onnxscript_optimizer(inline=not keep_functions)(model)
+        _onnxscript_optimizer(inline=not keep_functions and bool(model.functions))(model)
     # After folding, so that constant cos/sin tables and shapes are visible to the rules.
     _fusions.fuse(model)
     # The optimizer folds Cast(ConstantOfShape) into one ConstantOfShape again.
@@ -94,7 +96,7 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
-    rules = rule_set(_default_rewrite_rules())
+    rules = _default_rule_set()
     # A rule set with a rule that keeps the nodes it matched removes the unused nodes itself
     # after every application (onnxscript's set does), and nothing after it adds a node: the
     # clean-up's removal, and the removal onnxscript's optimizer runs next, find none then.
@@ -121,6 +123,16 @@ def _onnxscript_optimizer(*, inline: bool) -> ir.passes.Sequential:
     if inline:
         passes.insert(0, common.InlinePass())
     return ir.passes.Sequential(*passes)
+
+
+@functools.cache
+def _default_rule_set():
+    """:func:`rule_set` of :func:`_default_rewrite_rules`, built once: its rules are
+    onnxscript's module-level rules (copied, sharing whatever they hold), and the set keeps
+    nothing of a model between applications (:func:`_forget_matches`), so every export can
+    use the same set (building it, the rules' copies and their producer checks, cost ~1 ms
+    an export)."""
+    return rule_set(_default_rewrite_rules())
 
 
 def _default_rewrite_rules() -> tuple:
@@ -218,15 +230,189 @@ def _known_shapes_first() -> type:
     shapes, preferring the dims they have: a fixed dim stays as it is, so for such a node
     inference changes nothing, and it was most of the folder's time (ssdlite: 0.6 of 1.0 s).
     A node with any unknown or symbolic output dim, or no dtype, is inferred as before.
+
+    Where ONNX's answer is plain arithmetic on fixed input shapes (an elementwise op, a
+    broadcast, a Transpose, a Cast, a MatMul: :func:`_infer_simply`), the folder merges that
+    answer without the round trip through protos; the nodes translations add without a
+    shape (the Sigmoid of every SiLU, the Transposes of attention) cost t5 ~12 ms an export
+    that way. Anything ONNX would answer otherwise or refuse (a dtype outside what every
+    opset's schema allows, dims that do not broadcast, an attribute it does not know) goes
+    to ONNX as before.
+
+    A folded array within the size limit becomes ``ir.Tensor(array)``, the tensor onnx_ir's
+    ``ir.tensor`` makes of a numpy array, without its way there: ``ir.tensor`` first asks
+    whether the array is an ``ir.TensorProtocol``, and on Python 3.11 an ``isinstance``
+    against a protocol with data members walks the protocol's attributes on every call
+    (~25 us; t5 folds ~150 arrays an export). A larger array, or anything else, goes
+    through the folder's own step, which also weighs its size.
     """
     from onnxscript.optimizer import _constant_folding
 
     class KnownShapesFirst(_constant_folding.FoldConstantsPass):
         def _do_inference(self, node: ir.Node) -> None:
-            if not all(_fixed(value) for value in node.outputs):
+            if all(_fixed(value) for value in node.outputs):
+                return
+            simple = self._opset_imports.get("", 0) >= _SIMPLE_FROM
+            inferred = _infer_simply(node) if simple else None
+            output = node.outputs[0]
+            if inferred is None or (
+                output.shape is not None and len(output.shape) != len(inferred[1])
+            ):  # (ONNX's answer of another rank fails to merge; the folder logs that)
                 super()._do_inference(node)
+                return
+            dtype, dims = inferred
+            shape = ir.Shape(dims, denotations=[None] * len(dims), frozen=True)
+            output.shape = _constant_folding._merge_shapes(output.shape, shape)
+            output.type = ir.TensorType(dtype)
+
+        def _prepare_folded_tensor(self, node, output_name, output_array):
+            if type(output_array) is not np.ndarray or output_array.size > self.output_size_limit:
+                return super()._prepare_folded_tensor(node, output_name, output_array)
+            tensor = ir.Tensor(output_array)
+            tensor.name = output_name
+            return tensor
 
     return KnownShapesFirst
+
+
+_FLOATS = frozenset((ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE))
+_NUMBERS = _FLOATS | {ir.DataType.INT32, ir.DataType.INT64}
+#: The first opset whose schemas :func:`_infer_simply` follows.
+_SIMPLE_FROM = 13
+#: Types every opset from 13 on allows for Transpose, Cast and Where's branches (Where
+#: without bfloat16, which it takes from opset 16 on).
+_PLAIN = _NUMBERS | {
+    ir.DataType.BFLOAT16,
+    ir.DataType.INT8,
+    ir.DataType.INT16,
+    ir.DataType.UINT8,
+    ir.DataType.UINT16,
+    ir.DataType.UINT32,
+    ir.DataType.UINT64,
+    ir.DataType.BOOL,
+}
+#: Per op, (the dtypes its inputs may have, all alike; the output's dtype, None for the
+#: first input's), for ops whose output has the broadcast shape of their inputs.
+_UNARY = {
+    **dict.fromkeys(
+        ("Sigmoid", "Sqrt", "Relu", "Neg", "Abs", "Exp", "Log", "Tanh", "Erf", "Reciprocal"),
+        (_FLOATS, None),
+    ),
+    **dict.fromkeys(("Sin", "Cos", "Softmax"), (_FLOATS, None)),
+    "Not": (frozenset({ir.DataType.BOOL}), None),
+}
+_BINARY = {
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div"), (_NUMBERS, None)),
+    "Equal": (_NUMBERS | {ir.DataType.BOOL}, ir.DataType.BOOL),
+    **dict.fromkeys(("Less", "Greater"), (_NUMBERS, ir.DataType.BOOL)),
+    **dict.fromkeys(("And", "Or"), (frozenset({ir.DataType.BOOL}), ir.DataType.BOOL)),
+}
+
+
+def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list[int]] | None:
+    """The dtype and dims ONNX shape inference gives the one output of ``node``, where that
+    is plain arithmetic on its inputs' fixed shapes; None where ONNX is to be asked (it
+    could answer otherwise, or refuse). Asked only of the ops, dtypes and attributes ONNX
+    accepts at every opset from 13 on, with named inputs and output (ONNX's inference
+    reads them by name)."""
+    if node.domain != "" or len(node.outputs) != 1 or not node.outputs[0].name:
+        return None
+    inputs = node.inputs
+    names = {}
+    for value in inputs:
+        if value is None or not value.name or names.setdefault(value.name, value) is not value:
+            return None
+        if value.type is None or not isinstance(value.type, ir.TensorType):
+            return None
+        if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+            return None
+    if node.outputs[0].name in names:
+        return None
+    op, attributes = node.op_type, node.attributes
+    dtypes = [value.dtype for value in inputs]
+    shapes = [list(value.shape) for value in inputs]
+    if op in _UNARY or op in _BINARY:
+        allowed, result = _UNARY.get(op) or _BINARY[op]
+        arity = 1 if op in _UNARY else 2
+        if len(inputs) != arity or dtypes[0] not in allowed or len(set(dtypes)) != 1:
+            return None
+        if op == "Softmax":
+            axis = attributes.get("axis")
+            rank = len(shapes[0])
+            if set(attributes) - {"axis"} or rank == 0:
+                return None
+            if axis is not None and (
+                axis.type != ir.AttributeType.INT or not -rank <= axis.value < rank
+            ):
+                return None
+        elif attributes:
+            return None
+        dims = _broadcast(shapes)
+        return None if dims is None else (result or dtypes[0], dims)
+    if op == "Where":
+        if len(inputs) != 3 or attributes or dtypes[0] != ir.DataType.BOOL:
+            return None
+        if dtypes[1] != dtypes[2] or dtypes[1] not in _PLAIN - {ir.DataType.BFLOAT16}:
+            return None
+        dims = _broadcast(shapes)
+        return None if dims is None else (dtypes[1], dims)
+    if op == "Transpose":
+        perm = attributes.get("perm")
+        if len(inputs) != 1 or set(attributes) - {"perm"} or dtypes[0] not in _PLAIN:
+            return None
+        rank = len(shapes[0])
+        if perm is None:
+            order = list(reversed(range(rank)))
+        elif perm.type == ir.AttributeType.INTS and sorted(perm.value) == list(range(rank)):
+            order = list(perm.value)
+        else:
+            return None
+        return dtypes[0], [shapes[0][i] for i in order]
+    if op == "Cast":
+        to = attributes.get("to")
+        if len(inputs) != 1 or set(attributes) != {"to"} or to.type != ir.AttributeType.INT:
+            return None
+        if dtypes[0] not in _PLAIN or to.value not in {int(t) for t in _PLAIN}:
+            return None
+        return ir.DataType(to.value), shapes[0]
+    if op == "MatMul":
+        if len(inputs) != 2 or attributes or dtypes[0] not in _FLOATS or dtypes[0] != dtypes[1]:
+            return None
+        a, b = shapes
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+            return None
+        batch = _broadcast([a[:-2], b[:-2]])
+        return None if batch is None else (dtypes[0], [*batch, a[-2], b[-1]])
+    return None
+
+
+def _broadcast(shapes: list[list[int]]) -> list[int] | None:
+    """numpy's (ONNX's multidirectional) broadcast of fixed ``shapes``; None when two dims
+    of an axis differ and neither is 1."""
+    rank = max(len(shape) for shape in shapes)
+    dims = []
+    for axis in range(-rank, 0):
+        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis}
+        if len(sizes) > 1:
+            sizes.discard(1)
+        if len(sizes) > 1:
+            return None
+        dims.append(sizes.pop())
+    return dims
+
+
+def fold_constants(model: ir.Model) -> None:
+    """onnxscript's ``fold_constants`` with its defaults (no ONNX shape inference, the
+    default size limits, its own choice of what to fold), through
+    :func:`_known_shapes_first`'s folder: without shape inference that folder is
+    onnxscript's, but for the way a folded array becomes a tensor."""
+    from onnxscript.optimizer import _constant_folding
+
+    _known_shapes_first()(
+        shape_inference=False,
+        input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+        output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+    )(model)
 
 
 def _fixed(value: ir.Value) -> bool:
@@ -275,7 +461,10 @@ def _local_rule_set_class() -> type:
                 if self.remove_unused_nodes:
                     onnxscript.optimizer.remove_unused_nodes(model)
                 return 0
-            return super().apply_to_model(model, verbose=verbose, tracer=tracer)
+            try:
+                return super().apply_to_model(model, verbose=verbose, tracer=tracer)
+            finally:
+                _forget_matches(self.rules)
 
         def _apply_to_graph_or_function(self, model, graph_or_function, *, verbose, tracer=None):
             if tracer is not None:
@@ -291,6 +480,20 @@ def _local_rule_set_class() -> type:
                 self.rules = rules
 
     return LocalRuleSet
+
+
+def _forget_matches(rules: Iterable) -> None:
+    """Drop what the rules' matchers keep of their last match: onnxscript's matcher keeps
+    the graph, the node and the match result it last looked at (each match starts afresh,
+    so nothing reads them later). A rule set built once (the fusions', the optimizer's
+    defaults) would keep the model last exported alive through them, weights included,
+    until the next export's matches: the next export's new weights (efficientnet_b0's
+    BatchNormalization folding writes all 21 MB of them) then land in memory never
+    touched before instead of the freed memory, at ~35 ms of page faults."""
+    for rule in rules:
+        matcher = getattr(rule, "_matcher", None)
+        if matcher is not None:
+            matcher._match = matcher._graph = matcher._current_node = None
 
 
 class _RulesByOpType:
@@ -349,13 +552,21 @@ def _start(rule) -> tuple[str, str] | None:
 
 def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
     """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
-    ((domain, op type) pairs); stops at the first one."""
+    ((domain, op type) pairs); stops at the first one. (A walk over the graphs' node lists:
+    onnx_ir's RecursiveGraphIterator, a generator per node, cost more than the question.)"""
     graphs = [model.graph, *model.functions.values()]
-    return any(
-        (node.domain, node.op_type) in op_types
-        for graph in graphs
-        for node in ir.traversal.RecursiveGraphIterator(graph)
-    )
+    while graphs:
+        for node in graphs.pop():
+            if (node.domain, node.op_type) in op_types:
+                return True
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr):
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    graphs.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    graphs.extend(attr.value)
+    return False
 
 
 def _first_node(rule):
@@ -448,15 +659,23 @@ _PRODUCER_DEPTH = 3
 
 def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
     """What onnxscript's matcher requires of a node's producers before it can match
-    ``node_pattern`` there, as (path, domain, op type): following ``path`` (per step, the
-    input's index and the index of the producer's output it is) from the node reaches a
-    producer of that domain and op type. Only the pattern's inputs that are a node's output
-    of a fixed op type count (the matcher fails on anything else there: no producer, another
-    output, another op type); variables, constants and alternatives ask nothing here.
+    ``node_pattern`` there, as (path, op types): following ``path`` (per step, the input's
+    index and the index of the producer's output it is) from the node reaches a producer
+    whose (domain, op type) is one of ``op types``. Only the pattern's inputs that are a
+    node's output of a fixed op type count (the matcher fails on anything else there: no
+    producer, another output, another op type), and the alternatives (``OrValue``) whose
+    every choice is one: the matcher tries each choice, and each fails at a producer of an
+    op type none of them has. A pattern input that is a constant (onnxscript's ``Constant``,
+    the 1 of ``x * 1``) is a check whose last step has no output index and whose op types are
+    None: the input there must be a value with a constant value (the matcher fails on a
+    missing input or one without). Variables and alternatives with a variable among them ask
+    nothing here; the steps go on up only through a choice-free input.
 
     Patterns are commuted into a rule per order of the inputs, and a model has many nodes of
     the op types the rules start from (Mul, Add): these checks turn away most of them without
-    building a match.
+    building a match. (The alternatives matter for the RMSNorm rules, whose last Mul takes a
+    Cast or a Mul, where efficientnet's SiLU Muls take a Sigmoid; the constants for
+    onnxscript's ``x * 1``, ``x + 0`` rules, asked about every Mul and Add.)
     """
     from onnxscript.rewriter import _pattern_ir
 
@@ -464,34 +683,63 @@ def _producer_checks(node_pattern, depth: int = _PRODUCER_DEPTH) -> tuple:
 
     def visit(pattern, path, left):
         for index, value in enumerate(pattern.inputs):
-            if not isinstance(value, _pattern_ir.NodeOutputPattern):
+            if isinstance(value, _pattern_ir.Constant):
+                checks.append(((*path, (index, None)), None))
                 continue
-            producer = value.producer()
-            op, domain = _constant(producer.op), _constant(producer.domain)
-            if op is None or domain is None:
+            choices = _choices(value)
+            if choices is None:
                 continue
-            step = (*path, (index, value.output_index))
-            checks.append((step, domain, op))
-            if left > 1:
-                visit(producer, step, left - 1)
+            ops = frozenset(
+                (_constant(choice.producer().domain), _constant(choice.producer().op))
+                for choice in choices
+            )
+            output_indices = {choice.output_index for choice in choices}
+            if any(None in op for op in ops) or len(output_indices) != 1:
+                continue
+            step = (*path, (index, output_indices.pop()))
+            checks.append((step, ops))
+            if left > 1 and isinstance(value, _pattern_ir.NodeOutputPattern):
+                visit(value.producer(), step, left - 1)
 
     visit(node_pattern, (), depth)
     return tuple(checks)
 
 
+def _choices(value_pattern) -> list | None:
+    """The node outputs a pattern input can match: itself when it is one, the choices of an
+    alternative whose every choice is one; None for anything else."""
+    from onnxscript.rewriter import _pattern_ir
+
+    if isinstance(value_pattern, _pattern_ir.NodeOutputPattern):
+        return [value_pattern]
+    if isinstance(value_pattern, _pattern_ir.OpIdDispatchOr):
+        return [choice for _, choice in value_pattern._op_to_pattern.values()]
+    if isinstance(value_pattern, _pattern_ir.BacktrackingOr):
+        choices = list(value_pattern._values)
+        if all(isinstance(choice, _pattern_ir.NodeOutputPattern) for choice in choices):
+            return choices
+    return None
+
+
 def _producers_hold(node: ir.Node, checks: tuple) -> bool:
-    """Whether ``node``'s producers meet every one of :func:`_producer_checks`' ``checks``."""
-    for path, domain, op in checks:
+    """Whether ``node``'s producers and constant inputs meet every one of
+    :func:`_producer_checks`' ``checks``."""
+    for path, ops in checks:
         current = node
         for index, output_index in path:
             inputs = current.inputs
             value = inputs[index] if index < len(inputs) else None
             if value is None:
                 return False
+            if output_index is None:  # a constant's step, the last
+                break
             current = value.producer()
             if current is None or value.index() != output_index:
                 return False
-        if current.op_type != op or current.domain != domain:
+        if ops is None:
+            if value.const_value is None:
+                return False
+        elif (current.domain, current.op_type) not in ops:
             return False
     return True
 
@@ -576,9 +824,14 @@ def _fold_small_fills(node: ir.Node) -> bool | None:
 def widen_float8_fills(model: ir.Model) -> None:
     """onnxruntime cannot load a ConstantOfShape with a float8 fill: fill in float32, then
     Cast (the fill value is a float8 value, so the cast is exact)."""
-    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+    fills = [
+        node
+        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx")
+    ]
+    for node in fills:
         attr = node.attributes.get("value")
-        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not attr:
+        if not attr:
             continue
         fill = attr.as_tensor()
         if fill.dtype not in _dtypes.FLOAT8_TYPES:
