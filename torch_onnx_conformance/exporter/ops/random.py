@@ -140,7 +140,11 @@ def _random_words(ctx, shape: ir.Value, streams: int = 1) -> list[ir.Value]:
     seed = _seed(ctx)
     words = []
     for k in range(streams):
-        counter = ctx.op.Add(ctx.op.Mul(index, ctx.const(streams, u64)), ctx.const(k, u64))
+        # index * streams + k, without the multiplication by 1 or the addition of 0 that
+        # the optimizer would remove (a removal costs it a second round over the graph)
+        counter = ctx.op.Mul(index, ctx.const(streams, u64)) if streams > 1 else index
+        if k:
+            counter = ctx.op.Add(counter, ctx.const(k, u64))
         z = ctx.op.Add(seed, ctx.op.Mul(counter, ctx.const(_GAMMA, u64)))
         for shift, multiplier in _MIX:
             z = ctx.op.BitwiseXor(z, ctx.op.BitShift(z, ctx.const(shift, u64), direction="RIGHT"))
