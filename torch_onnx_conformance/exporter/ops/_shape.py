@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 import torch
 
+from torch_onnx_conformance.exporter import _dtypes
+
 if TYPE_CHECKING:
     from torch_onnx_conformance.exporter.ops._context import TranslationContext
 
@@ -394,8 +396,7 @@ def constant_of_shape(
     ctx: TranslationContext, shape: ir.Value | Sequence[int], value: Any, dtype: torch.dtype
 ) -> ir.Value:
     """A tensor of ``shape`` filled with ``value``; its dtype is recorded for later ops."""
-    # what ir.tensor makes of a torch tensor, without its protocol checks (see _context)
-    fill = ir.tensor_adapters.TorchTensor(torch.tensor([value], dtype=dtype))
+    fill = _dtypes.ir_tensor(torch.tensor([value], dtype=dtype))
     out = ctx.op.ConstantOfShape(shape, value=fill)
     out.dtype = fill.dtype
     return out
