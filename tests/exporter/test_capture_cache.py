@@ -9,8 +9,13 @@ import torch
 
 from torch_onnx_conformance import exporter
 from torch_onnx_conformance.exporter import CaptureCache
-from torch_onnx_conformance.exporter._capture_cache import Captured, fingerprint
-from torch_onnx_conformance.exporter._errors import InvalidExportArgumentsError
+from torch_onnx_conformance.exporter._capture_cache import Captured, copy_error, fingerprint
+from torch_onnx_conformance.exporter._errors import (
+    CaptureError,
+    InvalidExportArgumentsError,
+    OnnxExporterError,
+    TranslationError,
+)
 
 
 class Net(torch.nn.Module):
@@ -148,3 +153,89 @@ def test_a_reused_export_records_the_kept_programs_themselves():
     assert second.record.captured_program is first.record.captured_program
     assert second.record.capture_attempts == first.record.capture_attempts
     assert second.record.capture_attempts is not first.record.capture_attempts
+
+
+_FORWARD_CALLS: dict[int, int] = {}
+
+
+class FailsToCapture(torch.nn.Module):
+    """Raises ``error`` from forward, counting the calls (each capture strategy makes one) in
+    a table outside the module, which capture may copy."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+        _FORWARD_CALLS[id(error)] = 0
+        self.eval()
+
+    @property
+    def calls(self) -> int:
+        return _FORWARD_CALLS[id(self.error)]
+
+    def forward(self, x):
+        _FORWARD_CALLS[id(self.error)] += 1
+        raise self.error
+
+
+def _failure(model, x, opset, cache, **options) -> BaseException:
+    with pytest.raises(OnnxExporterError) as caught:
+        exporter.export(
+            model, (x,), opset_version=opset, capture_cache=cache, capture_key="k", **options
+        )
+    return caught.value
+
+
+def test_a_failed_capture_is_raised_again_for_later_opsets_without_capturing_again(tmp_path):
+    model, x, cache = (
+        FailsToCapture(ValueError("no capture for this")),
+        torch.randn(2),
+        CaptureCache(),
+    )
+    first = _failure(model, x, 20, cache)
+    calls = model.calls
+    assert calls >= 1 and isinstance(first, CaptureError)
+    first.add_note("a note the caller added")  # stays on the caller's error
+    for opset in (18, 23):
+        again = _failure(model, x, opset, cache, report=True, artifacts_dir=tmp_path / str(opset))
+        assert model.calls == calls, "captured again"
+        assert again is not first and type(again) is type(first)
+        assert str(again) == str(first) and again.__cause__ is first.__cause__
+        assert again.attempts == first.attempts
+        assert "a note the caller added" not in getattr(again, "__notes__", [])
+    assert (cache.stats.hits, cache.stats.failures, cache.stats.misses) == (2, 2, 1)
+    report = (tmp_path / "23").glob("*.md")
+    text = "\n".join(path.read_text() for path in report)
+    assert "capture failure reused from an earlier export" in text
+    assert "no capture for this" in text
+
+
+def test_a_failed_capture_is_tried_again_for_other_inputs_or_after_running_out_of_memory():
+    model, cache = FailsToCapture(ValueError("shape-dependent")), CaptureCache()
+    _failure(model, torch.randn(2), 20, cache)
+    calls = model.calls
+    _failure(model, torch.randn(3), 23, cache)  # another signature under the same key
+    assert model.calls == 2 * calls and cache.stats.mismatched == 1
+    starved, cache = FailsToCapture(MemoryError()), CaptureCache()
+    _failure(starved, torch.randn(2), 20, cache)
+    calls = starved.calls
+    _failure(starved, torch.randn(2), 23, cache)
+    assert starved.calls == 2 * calls and "k" not in cache
+
+
+def test_copy_error_keeps_type_arguments_fields_cause_and_leaves_the_original_alone():
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise CaptureError("outer", [("non-strict", inner)]) from inner
+    except CaptureError as caught:
+        original = caught
+    original.add_note("first")
+    copied = copy_error(original)
+    copied.add_note("second")
+    assert type(copied) is CaptureError and copied.args == ("outer",)
+    assert copied.attempts == original.attempts and copied.__cause__ is original.__cause__
+    assert copied.__traceback__ is original.__traceback__
+    assert original.__notes__ == ["first"] and copied.__notes__ == ["first", "second"]
+    translation = copy_error(TranslationError("no", target="aten.x", fx_node="x_1"))
+    assert (translation.target, translation.fx_node, str(translation)) == ("aten.x", "x_1", "no")

@@ -14,6 +14,12 @@ dropped and the export captures afresh. Translation reads the programs and does 
 them: exports from one kept capture equal, byte for byte, exports that capture each time
 (``tests/exporter/test_capture_cache.py``).
 
+A capture that fails is kept too (``CaptureFailure``): the same model and inputs fail the same
+way at every opset, so a later export under the key raises a copy of the error (same type,
+message, cause and fields) instead of capturing again. Only the exporter's own stage errors
+(``OnnxExporterError``) are kept, and none that ran out of memory or recursion depth, which a
+second try may not repeat.
+
 A small LRU (``maxsize`` entries) bounds the memory: a conformance case process keeps the
 captures of the cases just before (the other opsets of the same case come next).
 """
@@ -21,6 +27,7 @@ captures of the cases just before (the other opsets of the same case come next).
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import hashlib
 from collections.abc import Hashable
@@ -51,6 +58,56 @@ class Captured:
     fingerprint: tuple
 
 
+@dataclasses.dataclass(frozen=True)
+class CaptureFailure:
+    """A capture or decomposition that raised: its error (a copy taken when kept, so that what
+    a caller later adds to the raised one stays out) and what the stages put into the record."""
+
+    error: BaseException
+    record: dict[str, Any]
+    signature: tuple
+
+    def replay(self) -> BaseException:
+        """A fresh copy of the error to raise, with the original traceback."""
+        return copy_error(self.error)
+
+
+def keeps_failure(error: BaseException) -> bool:
+    """Whether a capture stage's error may be replayed: the exporter's own stage error, not one
+    caused by running out of memory or recursion depth (anywhere in its causes or attempts)."""
+    from torch_onnx_conformance.exporter._errors import OnnxExporterError
+
+    if not isinstance(error, OnnxExporterError):
+        return False
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, (MemoryError, RecursionError)):
+            return False
+        pending += [current.__cause__, current.__context__]
+        pending += [attempt[1] for attempt in getattr(current, "attempts", None) or ()]
+    return True
+
+
+def copy_error(error: BaseException) -> BaseException:
+    """A new exception of the same type with the same arguments, attributes (notes included),
+    cause, context and traceback: raising it leaves ``error`` itself as it is. For the
+    exporter's errors, whose fields are plain attributes (not the C fields of an OSError)."""
+    kind = type(error)
+    fresh = kind.__new__(kind, *error.args)
+    fresh.args = error.args
+    fresh.__dict__.update(copy.copy(error.__dict__))
+    if hasattr(error, "__notes__"):
+        fresh.__notes__ = list(error.__notes__)
+    fresh.__cause__ = error.__cause__
+    fresh.__context__ = error.__context__
+    fresh.__suppress_context__ = error.__suppress_context__
+    return fresh.with_traceback(error.__traceback__)
+
+
 @dataclasses.dataclass
 class CacheStats:
     hits: int = 0
@@ -59,6 +116,8 @@ class CacheStats:
     mismatched: int = 0
     #: hits refused: the kept programs had changed since
     changed: int = 0
+    #: hits that were a kept failure, raised again
+    failures: int = 0
     evicted: int = 0
 
 
@@ -71,7 +130,9 @@ class CaptureCache:
             raise ValueError(f"CaptureCache(maxsize=...) takes a count >= 0, got {maxsize!r}")
         self.maxsize = maxsize
         self.stats = CacheStats()
-        self._entries: collections.OrderedDict[Hashable, Captured] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Hashable, Captured | CaptureFailure] = (
+            collections.OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -82,26 +143,30 @@ class CaptureCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def get(self, key: Hashable, signature: tuple) -> Captured | None:
-        """The capture kept under ``key`` if it was made for ``signature`` and its programs
-        are unchanged; None otherwise (an entry that fails either check is dropped)."""
+    def get(self, key: Hashable, signature: tuple) -> Captured | CaptureFailure | None:
+        """The capture (or failure) kept under ``key`` if it was made for ``signature`` and
+        its programs are unchanged; None otherwise (an entry that fails either check is
+        dropped)."""
         entry = self._entries.get(key)
         if entry is None:
             self.stats.misses += 1
             return None
         if entry.signature != signature:
             self.stats.mismatched += 1
-        elif fingerprint(entry.captured, entry.decomposed) != entry.fingerprint:
+        elif isinstance(entry, Captured) and (
+            fingerprint(entry.captured, entry.decomposed) != entry.fingerprint
+        ):
             self.stats.changed += 1
         else:
             self._entries.move_to_end(key)
             self.stats.hits += 1
+            self.stats.failures += isinstance(entry, CaptureFailure)
             return entry
         del self._entries[key]
         self.stats.misses += 1
         return None
 
-    def put(self, key: Hashable, entry: Captured) -> None:
+    def put(self, key: Hashable, entry: Captured | CaptureFailure) -> None:
         if self.maxsize == 0:
             return
         self._entries[key] = entry

@@ -39,7 +39,7 @@ from torch_onnx_conformance.exporter import (
     _translate,
     _validate,
 )
-from torch_onnx_conformance.exporter._errors import UnsupportedOpError
+from torch_onnx_conformance.exporter._errors import OnnxExporterError, UnsupportedOpError
 from torch_onnx_conformance.exporter._program import ONNXProgram, has_no_data, input_plan
 from torch_onnx_conformance.exporter._record import ExportRecord
 from torch_onnx_conformance.exporter._validate import ExportRequest
@@ -90,38 +90,53 @@ def run(
 
     With ``reuse`` (a cache and the caller's key): a capture kept under the key stands for the
     capture and decomposition stages (:data:`CAPTURE_STAGES`), and otherwise what they make is
-    kept under it once decomposition succeeded (``exporter._capture_cache``)."""
+    kept under it once decomposition succeeded (``exporter._capture_cache``); so is their
+    failure, which a later export under the key raises again."""
     state = ExportState()
     steps, signature = STEPS, None
     if reuse is not None:
         signature = _capture_cache.signature(request)
         kept = reuse[0].get(reuse[1], signature)
+        if isinstance(kept, _capture_cache.CaptureFailure):
+            _restore_fields(record, kept.record, "capture failure", request)
+            raise kept.replay()
         if kept is not None:
             _restore(request, state, record, kept)
             steps = tuple(step for step in STEPS if step.stage not in CAPTURE_STAGES)
-    notes_before = len(record.notes)
+    notes_before, errors_before = len(record.notes), len(record.errors)
     for step in steps:
-        if step.skip is not None and step.skip(request):
-            assert step.stage is not None, "only a stage can be skipped"
-            record.status[step.stage.value] = "skipped"
-            if step.skip_note:
-                record.notes.append(step.skip_note)
-        elif step.stage is None:
-            step.run(request, state, record)
-        else:
-            with record.stage(step.stage.value):
+        try:  # inline, not a helper: a step's warnings count the frames up to the caller
+            if step.skip is not None and step.skip(request):
+                assert step.stage is not None, "only a stage can be skipped"
+                record.status[step.stage.value] = "skipped"
+                if step.skip_note:
+                    record.notes.append(step.skip_note)
+            elif step.stage is None:
                 step.run(request, state, record)
-        if step.then is not None:
-            step.then(request, state, record)
+            else:
+                with record.stage(step.stage.value):
+                    step.run(request, state, record)
+            if step.then is not None:
+                step.then(request, state, record)
+        except OnnxExporterError as exc:
+            if (
+                reuse is not None
+                and step.stage in CAPTURE_STAGES
+                and _capture_cache.keeps_failure(exc)
+            ):
+                fields = _stage_fields(record, notes_before, errors_before)
+                failure = _capture_cache.copy_error(exc)
+                reuse[0].put(reuse[1], _capture_cache.CaptureFailure(failure, fields, signature))
+            raise
         if reuse is not None and step.stage is Stage.DECOMPOSITION:
-            reuse[0].put(reuse[1], _kept(state, record, signature, notes_before))
+            reuse[0].put(reuse[1], _kept(state, record, signature, notes_before, errors_before))
     assert state.program is not None
     return state.program
 
 
 #: The stages a capture kept by ``exporter._capture_cache`` stands for.
 CAPTURE_STAGES = (Stage.CAPTURE, Stage.DECOMPOSITION)
-#: The record's fields those stages set, besides their status, timing and notes.
+#: The record's fields those stages set, besides their status, timing, notes and errors.
 _CAPTURE_RECORD_FIELDS = (
     "capture_strategy",
     "capture_attempts",
@@ -132,21 +147,28 @@ _CAPTURE_RECORD_FIELDS = (
 )
 
 
-def _kept(
-    state: ExportState, record: ExportRecord, signature: tuple, notes_before: int
-) -> _capture_cache.Captured:
-    """What capture and decomposition made, to stand for them in a later export."""
+def _stage_fields(record: ExportRecord, notes_before: int, errors_before: int) -> dict[str, Any]:
+    """What the capture stages put into the record (``_CAPTURE_RECORD_FIELDS``, their status
+    and timings, the notes and errors they added), to stand for them in a later export."""
     fields = {name: _own(getattr(record, name)) for name in _CAPTURE_RECORD_FIELDS}
     stages = [stage.value for stage in CAPTURE_STAGES]
     fields["status"] = {name: record.status[name] for name in stages if name in record.status}
     fields["timings"] = {name: record.timings[name] for name in stages if name in record.timings}
     fields["notes"] = list(record.notes[notes_before:])
+    fields["errors"] = [dict(error) for error in record.errors[errors_before:]]
+    return fields
+
+
+def _kept(
+    state: ExportState, record: ExportRecord, signature: tuple, notes_before: int, errors_before
+) -> _capture_cache.Captured:
+    """What capture and decomposition made, to stand for them in a later export."""
     return _capture_cache.Captured(
         captured=state.captured,
         decomposed=state.decomposed,
         narrowed=state.narrowed,
         untraceable=dict(state.untraceable),
-        record=fields,
+        record=_stage_fields(record, notes_before, errors_before),
         signature=signature,
         fingerprint=_capture_cache.fingerprint(state.captured, state.decomposed),
     )
@@ -158,6 +180,25 @@ def _own(value: Any) -> Any:
     return list(value) if isinstance(value, list) else value
 
 
+def _restore_fields(
+    record: ExportRecord, fields: dict[str, Any], what: str, request: ExportRequest
+) -> None:
+    """The record as the capture stages left it (``_stage_fields``), their timings zero, and a
+    note that says so."""
+    for name in _CAPTURE_RECORD_FIELDS:
+        setattr(record, name, _own(fields[name]))
+    record.status.update(fields["status"])
+    record.timings.update(dict.fromkeys(fields["timings"], 0.0))
+    record.notes.extend(fields["notes"])
+    record.errors.extend(dict(error) for error in fields["errors"])
+    seconds = sum(fields["timings"].values())
+    note = (
+        f"{what} reused from an earlier export under the same capture_key ({seconds:.2f} s saved)"
+    )
+    record.notes.append(note)
+    request.say(note)
+
+
 def _restore(
     request: ExportRequest, state: ExportState, record: ExportRecord, kept: _capture_cache.Captured
 ) -> None:
@@ -165,19 +206,7 @@ def _restore(
     they made, their timings zero, the warning capture gave repeated, the dump written."""
     state.captured, state.decomposed = kept.captured, kept.decomposed
     state.narrowed, state.untraceable = kept.narrowed, dict(kept.untraceable)
-    fields = kept.record
-    for name in _CAPTURE_RECORD_FIELDS:
-        setattr(record, name, _own(fields[name]))
-    record.status.update(fields["status"])
-    record.timings.update(dict.fromkeys(fields["timings"], 0.0))
-    record.notes.extend(fields["notes"])
-    seconds = sum(fields["timings"].values())
-    note = (
-        f"capture and decomposition reused from an earlier export under the same "
-        f"capture_key ({seconds:.2f} s saved)"
-    )
-    record.notes.append(note)
-    request.say(note)
+    _restore_fields(record, kept.record, "capture and decomposition", request)
     message = _dynamic_shapes.specialized_dims_warning(record.dim_audit)
     if message:
         warnings.warn(message, UserWarning, stacklevel=4)
