@@ -41,12 +41,22 @@ from pathlib import Path
 from typing import Any
 
 from torch_onnx_conformance.conformance.case import kind_of
-from torch_onnx_conformance.conformance.limits import apply_case_limits, die_with_parent
+from torch_onnx_conformance.conformance.limits import (
+    apply_case_limits,
+    case_memory_limit,
+    die_with_parent,
+)
 from torch_onnx_conformance.exporter.stages import Stage
 
 #: How long a fresh child may take to import torch and get ready (not counted in a case's time).
 STARTUP_TIMEOUT_S = 300.0
-#: Fresh child after this many cases, to bound memory that torch and onnxruntime never return.
+#: Memory that torch and onnxruntime never return stays in a reused child: a fresh child replaces
+#: it once its writable memory (``VmData``, what the per-case ``RLIMIT_DATA`` ceiling of
+#: ``limits.py`` counts) passes this share of that ceiling, so each case keeps at least the rest.
+CHILD_MEMORY_SHARE = 0.5
+#: The same bound in bytes for a run without a per-case ceiling.
+CHILD_MEMORY_WITHOUT_CEILING = 8 * 2**30
+#: Where the child's memory cannot be read (no /proc): a fresh child after this many cases.
 CASES_PER_CHILD = 400
 
 
@@ -92,7 +102,7 @@ class CaseChild(ChildProcess):
         timeout_s: float,
         on_stage=lambda stage: None,
     ) -> ChildResult:
-        if self._process is None or self._cases_run >= CASES_PER_CHILD:
+        if self._process is None or self._outgrown():
             self._restart()
         request = ("case", case_id, str(scratch))
         try:
@@ -127,6 +137,13 @@ class CaseChild(ChildProcess):
             elif kind == "error":
                 return ChildResult("error", stage=stage, detail=payload)
 
+    def _outgrown(self) -> bool:
+        """Whether the child should be replaced before the next case (``CHILD_MEMORY_SHARE``)."""
+        used = data_bytes(self._process.pid)
+        if used is None:
+            return self._cases_run >= CASES_PER_CHILD
+        return used > child_memory_budget()
+
     def _restart(self) -> None:
         self.close()
         self._process, self._conn = start_process(
@@ -147,6 +164,26 @@ class CaseChild(ChildProcess):
         if code is not None and code < 0:
             return f"the case child died from {signal_name(-code)}"
         return f"the case child exited with code {code}"
+
+
+def data_bytes(pid: int) -> int | None:
+    """A process's writable memory (``VmData`` of /proc/PID/status) in bytes; None where that
+    cannot be read (not Linux, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def child_memory_budget(environ=None) -> int:
+    """How much writable memory a reused case child may hold between cases: a share of the
+    per-case ceiling, or a fixed bound without one."""
+    limit = case_memory_limit(environ)
+    return int(limit * CHILD_MEMORY_SHARE) if limit else CHILD_MEMORY_WITHOUT_CEILING
 
 
 def start_process(target, name: str, what: str):
