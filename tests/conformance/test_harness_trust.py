@@ -74,6 +74,21 @@ def test_a_row_appended_after_a_torn_line_is_kept_and_resume_cuts_the_fragment(t
     assert sorted(row.id for row in scan_rows([rows]).rows) == ["op::a", "op::c"]
 
 
+def test_rows_are_fsynced_once_per_interval_and_every_row_is_written(tmp_path, monkeypatch):
+    from torch_onnx_conformance.reports import rows as rows_module
+
+    synced = []
+    monkeypatch.setattr(rows_module.os, "fsync", lambda fd: synced.append(fd))
+    monkeypatch.setattr(rows_module, "_last_sync", {})
+    clock = iter([100.0, 100.2, 100.4, 101.3, 101.5])
+    monkeypatch.setattr(rows_module.time, "monotonic", lambda: next(clock))
+    path = tmp_path / "rows.jsonl"
+    for name in "abcde":
+        append_row(path, _row(f"op::{name}"))
+    assert len(synced) == 2  # the first row, then the first one a whole interval later
+    assert [row.id for row in scan_rows([path]).rows] == [f"op::{n}" for n in "abcde"]
+
+
 BAD_LINES = {
     b"null": "not a JSON object but NoneType",
     b"42": "not a JSON object but int",
