@@ -51,3 +51,25 @@ def _child(monkeypatch, used: int | None, cases_run: int) -> isolation.CaseChild
 )
 def test_a_child_is_replaced_when_it_outgrows_its_budget(monkeypatch, used, cases_run, replaced):
     assert _child(monkeypatch, used, cases_run)._outgrown() is replaced
+
+
+def test_the_in_flight_marker_is_rewritten_in_place_and_read_back(tmp_path, monkeypatch):
+    from torch_onnx_conformance.conformance import runs
+    from torch_onnx_conformance.conformance.plugin import CaseRuntime
+
+    monkeypatch.setenv(runs.RUN_ID_ENV, "run-1")
+    runtime = CaseRuntime(types.SimpleNamespace(results=tmp_path), worker="gw0")
+    case = types.SimpleNamespace(id="op::abs::s000::f32::static::opset20::cpu::ours")
+    runtime._mark_inflight(case, "export", {"a long fact": "x" * 200})
+    runtime._mark_inflight(case, "compare", {})  # shorter: padded, never truncated
+    path = runtime.inflight
+    assert path.stat().st_size > len(path.read_text().strip())
+    assert runtime._inflight_stage() == "compare"
+    # The controller's view of a dead worker: its stage while the case ran, export otherwise.
+    assert CaseRuntime(runtime.options, worker="gw0")._take_inflight(case.id) == ("compare", {})
+    runtime.close()
+    idle = CaseRuntime(runtime.options, worker="gw0")
+    idle._mark_inflight(case, "run", {})
+    idle._write_inflight({"id": None})
+    assert idle._take_inflight(case.id) == ("export", None)
+    idle.close()

@@ -621,7 +621,9 @@ class OpPrepared(Prepared):
         exported = _export(
             self.case, self.module, clone_tensors(self.inputs), self.dynamic, self.planted
         )
-        path.write_bytes(exported.model.SerializeToString())
+        from torch_onnx_conformance.conformance.repro import write_in_place
+
+        write_in_place(path, exported.model.SerializeToString())
         return exported.model
 
     def open_session(self, model):

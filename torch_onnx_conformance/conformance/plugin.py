@@ -32,7 +32,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,7 @@ from torch_onnx_conformance.conformance.expectations import (
     HARNESS_ERROR,
     judge_outcome,
 )
-from torch_onnx_conformance.conformance.repro import keep_repro
+from torch_onnx_conformance.conformance.repro import keep_repro, reset_scratch
 from torch_onnx_conformance.conformance.runner import run_case
 from torch_onnx_conformance.conformance.runs import case_id_of
 from torch_onnx_conformance.exporter import DEFAULT_OPSET
@@ -418,6 +417,7 @@ class CaseRuntime:
         self.rows_path = runs.rows_path(options.results, self.worker)
         self.scratch = runs.scratch_dir(options.results, self.worker)
         self.inflight = runs.inflight_path(options.results, self.worker)
+        self._inflight_file: tuple[int, int] | None = None  # (fd, bytes written so far)
         self.versions = versions()
         self._children: dict[str, Any] = {}
         self._expectations: dict[Path, list] = {}
@@ -431,6 +431,9 @@ class CaseRuntime:
     def close(self) -> None:
         for child in self._children.values():
             child.close()
+        if self._inflight_file is not None:
+            os.close(self._inflight_file[0])
+            self._inflight_file = None
 
     def child(self, kind: CaseKind):
         if kind.name not in self._children:
@@ -461,7 +464,7 @@ class CaseRuntime:
             self._mark_inflight(case, Stage.EXPORT, facts)
             os.abort()
         verdict, row = self.record(case, facts, self._run(case, facts), record_property)
-        self.inflight.unlink(missing_ok=True)
+        self._write_inflight({"id": None})  # between cases: no case of this worker in flight
         _conclude(verdict, row, self.options.results)
 
     def record(self, case, facts, outcome: dict[str, Any], record_property=None, *, repro=True):
@@ -502,7 +505,7 @@ class CaseRuntime:
         kind = kind_of(case.id)
         timeout = self.options.case_timeouts[kind.name]
         self._mark_inflight(case, Stage.EXPORT, facts)
-        shutil.rmtree(self.scratch, ignore_errors=True)  # never inherit the last case's files
+        reset_scratch(self.scratch)  # never inherit the last case's files
         announce = lambda stage: self._mark_inflight(case, stage, facts)  # noqa: E731
         try:
             if self.options.isolation == "none":
@@ -550,8 +553,21 @@ class CaseRuntime:
 
     def _mark_inflight(self, case, stage: str, facts: dict[str, Any]) -> None:
         """Where this worker is, for the controller to use if the whole worker dies."""
-        self.inflight.parent.mkdir(parents=True, exist_ok=True)
-        self.inflight.write_text(json.dumps({"id": case.id, "stage": stage, "facts": facts}))
+        self._write_inflight({"id": case.id, "stage": stage, "facts": facts})
+
+    def _write_inflight(self, marker: dict[str, Any]) -> None:
+        """The marker file is opened once and rewritten in place, a shorter text padded with
+        spaces (which JSON ignores): it changes at every stage of every case, and truncating
+        or unlinking a file costs milliseconds on a filesystem with online discard (ext4
+        mounted ``discard``), where one write into an open file costs microseconds."""
+        data = json.dumps(marker).encode()
+        if self._inflight_file is None:
+            self.inflight.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.inflight, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._inflight_file = (fd, 0)
+        fd, size = self._inflight_file
+        os.pwrite(fd, data.ljust(size), 0)
+        self._inflight_file = (fd, max(size, len(data)))
 
     def _inflight_stage(self) -> str | None:
         try:

@@ -80,7 +80,7 @@ def run_case(
 def _run(prepared: Prepared, scratch: Path, announce, outcome: CaseOutcome) -> None:
     import onnx
 
-    from torch_onnx_conformance.conformance.repro import update_meta, write_artifacts
+    from torch_onnx_conformance.conformance.repro import claim_export, update_meta, write_artifacts
 
     # Inputs and expected outputs go to disk before the export, so that even an export that
     # kills the process leaves them behind for the repro directory.
@@ -101,6 +101,7 @@ def _run(prepared: Prepared, scratch: Path, announce, outcome: CaseOutcome) -> N
         raise StageFailed(Stage.EXPORT, exc) from exc
     finally:
         outcome.export_s = time.perf_counter() - started
+    claim_export(scratch)
     header = (
         model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
     )

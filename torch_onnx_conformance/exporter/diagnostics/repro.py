@@ -24,6 +24,7 @@ in torch's pickle-based format); a failed export carries its program as Python s
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import shutil
 from collections.abc import Mapping, Sequence
@@ -67,14 +68,22 @@ def install_scripts(folder: Path) -> None:
 
 
 def save_arrays(path: Path, arrays: Mapping[str, np.ndarray], case: dict[str, Any]) -> None:
+    path.write_bytes(arrays_bytes(path.name, arrays, case))
+
+
+def arrays_bytes(file_name: str, arrays: Mapping[str, np.ndarray], case: dict[str, Any]) -> bytes:
+    """The ``.npz`` bytes of ``arrays`` as ``file_name`` holds them: bfloat16 arrays stored as
+    their uint16 bits, which ``case["bfloat16"][file_name]`` lists for the loader."""
     stored = {}
     for name, array in arrays.items():
         array = np.asarray(array)
         if array.dtype.name == "bfloat16":
-            case.setdefault("bfloat16", {}).setdefault(path.name, []).append(name)
+            case.setdefault("bfloat16", {}).setdefault(file_name, []).append(name)
             array = array.view(np.uint16)
         stored[name] = array
-    np.savez(path, **stored)
+    buffer = io.BytesIO()
+    np.savez(buffer, **stored)
+    return buffer.getvalue()
 
 
 def _named_inputs(
