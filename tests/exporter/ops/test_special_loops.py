@@ -1,7 +1,9 @@
-"""The incomplete gamma functions (torch_onnx_conformance/exporter/ops/special.py: igamma64, whose
-series and continued fraction run in one ONNX Loop) against torch.special.gammainc/gammaincc on a
-grid: both sides of the series/fraction switch at x = a + 1, small and large arguments, the
-special points (0, inf, nan, negative), broadcasting shapes, float32 and float64 inputs."""
+"""The special functions whose fixed recurrences run as ONNX Loops (torch_onnx_conformance/exporter/
+ops/special.py): the incomplete gamma functions against torch.special.gammainc/gammaincc on a grid
+(both sides of the series/fraction switch at x = a + 1, small and large arguments, the special
+points 0, inf, nan and negative, broadcasting shapes, float32 and float64 inputs), and zeta,
+polygamma, digamma and the Bessel functions on broadcasting shapes, where a Loop's carried
+states must keep one shape. Values elsewhere: test_special.py."""
 
 from __future__ import annotations
 
@@ -77,3 +79,28 @@ def test_broadcasting_shapes(fn, dtype):
     x = torch.rand(1, 7, generator=g, dtype=torch.float64) * 12
     _check(fn, a.to(dtype), x.to(dtype))
     _check(fn, torch.tensor(2.5, dtype=dtype), (x.reshape(7, 1) * a.reshape(1, 5)).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.special.i0,
+        torch.special.i0e,
+        torch.special.i1,
+        torch.special.i1e,
+        torch.digamma,
+        lambda t: torch.polygamma(2, t),
+    ],
+    ids=["i0", "i0e", "i1", "i1e", "digamma", "polygamma2"],
+)
+def test_series_loops_on_broadcasting_shapes(fn, dtype):
+    g = torch.Generator().manual_seed(2)
+    s = torch.rand(4, 1, generator=g, dtype=torch.float64) * 6 + 1.1
+    q = torch.rand(1, 9, generator=g, dtype=torch.float64) * 17 - 5  # |s q| < 85: finite i0
+    program = _check(lambda a, x: fn(a * x), s.to(dtype), q.to(dtype))
+    assert "Loop" in op_types(program)
+    # zeta's two Loops carry s, q and their broadcast: here of three different shapes.
+    zeta = torch.special.zeta
+    assert op_types(_check(zeta, s.to(dtype), q.to(dtype))).count("Loop") == 2
+    _check(zeta, torch.tensor(3.0, dtype=dtype), q.to(dtype))
