@@ -1,7 +1,9 @@
 """Special functions (gamma family, incomplete gamma, zeta, Bessel, erfcx, ndtri) and the small
 real/complex helpers (angle, complex, polar, ldexp, frexp).
 
-ONNX has none of these, so each is a fixed, fully unrolled formula. Every formula runs in float64
+ONNX has none of these, so each is a fixed formula: unrolled where it is short, an ONNX Loop of a
+fixed trip count where a recurrence runs many steps (the same operations in the same order, so the
+same bits; igamma: 167 nodes instead of 1,364). Every formula runs in float64
 inside the graph (onnxruntime's CPU provider has float64 Add/Mul/Div/Log/Exp/Sin/Cos/Where) and
 rounds once to the result dtype: recurrences and series that cancel in float32 are exact enough
 in float64 to meet torch's float32 results at 1e-5.
@@ -16,6 +18,7 @@ import torch
 
 from torch_onnx_conformance.exporter.ops import _formulas as F
 from torch_onnx_conformance.exporter.ops._registry import translates
+from torch_onnx_conformance.exporter.ops._subgraph import loop
 
 aten = torch.ops.aten
 f64 = torch.float64
@@ -39,6 +42,30 @@ def _wide(ctx, x: ir.Value) -> ir.Value:
 
 def _where(ctx, cond, a, b):
     return ctx.op.Where(cond, a, b)
+
+
+def _steps(ctx, steps: int, states: list[ir.Value], step, name: str) -> tuple[ir.Value, ...]:
+    """A recurrence of ``steps`` fixed steps over float64 ``states`` as one ONNX Loop.
+
+    ``step(body_ctx, k, states) -> states`` with ``k`` the step's number 1, 2, ... as a float64
+    0-d value (exact: small integers), so the body makes the same float64 operations, in the same
+    order, that unrolled steps with Python-number constants would: the same bits, in a graph of
+    one body instead of ``steps`` copies. Each state must keep its shape from step to step.
+    """
+
+    def body(sub, iteration, carried):
+        return step(sub, sub.op.Add(sub.cast(iteration, f64), _k(sub, 1)), carried)
+
+    trips = ctx.const(steps, torch.int64)
+    return loop(ctx, trips, states, body, [f64] * len(states), name)
+
+
+def _filled(ctx, value: float, *like: ir.Value) -> ir.Value:
+    """``value`` (float64) broadcast to the common shape of ``like``: a Loop's starting state."""
+    out = _k(ctx, value)
+    for v in like:
+        out = ctx.op.Expand(out, ctx.op.Shape(v))
+    return out
 
 
 def _is_integer(ctx, x: ir.Value) -> ir.Value:
@@ -124,11 +151,12 @@ _SHIFT = 10  # recurrence steps before the asymptotic series (argument >= 10 the
 
 def _digamma_positive(ctx, x: ir.Value) -> ir.Value:
     """psi(x) for x > 0 (float64)."""
-    acc = _k(ctx, 0)
-    y = x
-    for _ in range(_SHIFT):
-        acc = ctx.op.Sub(acc, ctx.op.Reciprocal(y))
-        y = ctx.op.Add(y, _k(ctx, 1))
+
+    def step(body, k, states):
+        acc, y = states
+        return [body.op.Sub(acc, body.op.Reciprocal(y)), body.op.Add(y, _k(body, 1))]
+
+    acc, y = _steps(ctx, _SHIFT, [_filled(ctx, 0, x), x], step, "digamma_shift")
     inv2 = ctx.op.Reciprocal(ctx.op.Mul(y, y))
     # ln y - 1/(2y) - sum B_2k / (2k y^2k)
     tail = F.polynomial(
@@ -189,27 +217,36 @@ def _hurwitz_tail(ctx, s: ir.Value, a: ir.Value) -> ir.Value:
     )
     # B_2j / (2j)!; the rising factorial s (s+1) ... (s+2j-2) times a^(-s-2j+1)
     bernoulli = [1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510]
-    factor = s
-    power = ctx.op.Div(a_pow, a)  # a^(-s-1)
+    coefficients = ctx.const(
+        torch.tensor([b2j / math.factorial(2 * j) for j, b2j in enumerate(bernoulli, 1)], dtype=f64)
+    )
     inv_a2 = ctx.op.Reciprocal(ctx.op.Mul(a, a))
-    for j, b2j in enumerate(bernoulli, start=1):
-        coefficient = b2j / math.factorial(2 * j)
-        total = ctx.op.Add(total, ctx.op.Mul(ctx.op.Mul(_k(ctx, coefficient), factor), power))
-        factor = ctx.op.Mul(
+
+    def step(body, j, states):
+        total, factor, power = states
+        coefficient = body.op.Gather(coefficients, body.op.Cast(body.op.Sub(j, _k(body, 1)), to=7))
+        total = body.op.Add(total, body.op.Mul(body.op.Mul(coefficient, factor), power))
+        two_j = body.op.Add(j, j)
+        factor = body.op.Mul(
             factor,
-            ctx.op.Mul(ctx.op.Add(s, _k(ctx, 2 * j - 1)), ctx.op.Add(s, _k(ctx, 2 * j))),
+            body.op.Mul(body.op.Add(s, body.op.Sub(two_j, _k(body, 1))), body.op.Add(s, two_j)),
         )
-        power = ctx.op.Mul(power, inv_a2)
-    return total
+        return [total, factor, body.op.Mul(power, inv_a2)]
+
+    power = ctx.op.Div(a_pow, a)  # a^(-s-1)
+    states = [total, s, power]
+    return _steps(ctx, len(bernoulli), states, step, "hurwitz_tail")[0]
 
 
 def zeta64(ctx, s: ir.Value, q: ir.Value) -> ir.Value:
     """Hurwitz zeta(s, q) in float64, with Cephes/torch's domain rules."""
-    acc = _k(ctx, 0)
-    a = q
-    for _ in range(_SHIFT):
-        acc = ctx.op.Add(acc, ctx.op.Pow(a, ctx.op.Neg(s)))
-        a = ctx.op.Add(a, _k(ctx, 1))
+    minus_s = ctx.op.Neg(s)
+
+    def step(body, k, states):
+        acc, a = states
+        return [body.op.Add(acc, body.op.Pow(a, minus_s)), body.op.Add(a, _k(body, 1))]
+
+    acc, a = _steps(ctx, _SHIFT, [_filled(ctx, 0, s, q), q], step, "zeta_shift")
     value = ctx.op.Add(acc, _hurwitz_tail(ctx, s, a))
     one = _k(ctx, 1)
     nonpositive_q = ctx.op.LessOrEqual(q, _k(ctx, 0))
@@ -281,38 +318,47 @@ def _torch_trigamma_reflected(ctx, self: ir.Value, x: ir.Value) -> ir.Value:
 _IGAMMA_STEPS = 60
 
 
-def _igamma_series(ctx, a, x, log_prefix):
-    """P(a, x) = x^a e^-x / Gamma(a+1) * sum x^k / ((a+1)...(a+k)); good for x < a + 1."""
-    term = _k(ctx, 1)
-    total = _k(ctx, 1)
-    denominator = a
-    for _ in range(_IGAMMA_STEPS):
-        denominator = ctx.op.Add(denominator, _k(ctx, 1))
-        term = ctx.op.Mul(term, ctx.op.Div(x, denominator))
-        total = ctx.op.Add(total, term)
-    return ctx.op.Mul(
-        ctx.op.Exp(ctx.op.Sub(log_prefix, lgamma64(ctx, ctx.op.Add(a, _k(ctx, 1))))), total
-    )
-
-
-def _igammac_fraction(ctx, a, x, log_prefix):
-    """Q(a, x) by the Legendre continued fraction (modified Lentz); good for x >= a + 1."""
+def _guard_tiny(ctx, v: ir.Value) -> ir.Value:
     tiny = _k(ctx, 1e-30)
+    return _where(ctx, ctx.op.Less(ctx.op.Abs(v), tiny), tiny, v)
 
-    def guard(v):
-        return _where(ctx, ctx.op.Less(ctx.op.Abs(v), tiny), tiny, v)
 
+def _igamma_recurrences(ctx, a, x):
+    """Both incomplete-gamma recurrences, ``_IGAMMA_STEPS`` steps each, in one ONNX Loop.
+
+    The series for P(a, x) = x^a e^-x / Gamma(a+1) * sum x^k / ((a+1)...(a+k)) (good for
+    x < a + 1) and the Legendre continued fraction for Q(a, x) by modified Lentz (good for
+    x >= a + 1). Returns (series sum, fraction value).
+    """
     b = ctx.op.Sub(ctx.op.Add(x, _k(ctx, 1)), a)
-    c = _k(ctx, 1e30)
-    d = ctx.op.Reciprocal(guard(b))
-    h = d
-    for i in range(1, _IGAMMA_STEPS + 1):
-        an = ctx.op.Mul(_k(ctx, -i), ctx.op.Sub(_k(ctx, i), a))
-        b = ctx.op.Add(b, _k(ctx, 2))
-        d = ctx.op.Reciprocal(guard(ctx.op.Add(ctx.op.Mul(an, d), b)))
-        c = guard(ctx.op.Add(b, ctx.op.Div(an, c)))
-        h = ctx.op.Mul(h, ctx.op.Mul(d, c))
-    return ctx.op.Mul(ctx.op.Exp(ctx.op.Sub(log_prefix, lgamma64(ctx, a))), h)
+    # Carried values keep one shape across iterations: the scalar starts are broadcast to a and
+    # x's common shape (b's), which copies their values unchanged.
+    one = _filled(ctx, 1, b)
+    d = ctx.op.Reciprocal(_guard_tiny(ctx, b))
+    states = [
+        ctx.op.Expand(a, ctx.op.Shape(b)),  # series: denominator a + k
+        one,  # series: term x^k / ((a+1)...(a+k))
+        one,  # series: total
+        b,  # fraction: b_k = x + 1 - a + 2k
+        _filled(ctx, 1e30, b),  # fraction: Lentz's c
+        d,  # fraction: Lentz's d
+        d,  # fraction: the value h
+    ]
+
+    def step(body, i, carried):
+        denominator, term, total, b, c, d, h = carried
+        denominator = body.op.Add(denominator, _k(body, 1))
+        term = body.op.Mul(term, body.op.Div(x, denominator))
+        total = body.op.Add(total, term)
+        an = body.op.Mul(body.op.Neg(i), body.op.Sub(i, a))
+        b = body.op.Add(b, _k(body, 2))
+        d = body.op.Reciprocal(_guard_tiny(body, body.op.Add(body.op.Mul(an, d), b)))
+        c = _guard_tiny(body, body.op.Add(b, body.op.Div(an, c)))
+        h = body.op.Mul(h, body.op.Mul(d, c))
+        return [denominator, term, total, b, c, d, h]
+
+    final = _steps(ctx, _IGAMMA_STEPS, states, step, "igamma_steps")
+    return final[2], final[6]
 
 
 def igamma64(ctx, a, x, upper: bool):
@@ -324,8 +370,12 @@ def igamma64(ctx, a, x, upper: bool):
     sx = _where(ctx, ok, x, one)
     log_prefix = ctx.op.Sub(ctx.op.Mul(sa, ctx.op.Log(sx)), sx)
     use_series = ctx.op.Less(sx, ctx.op.Add(sa, one))
-    lower_series = _igamma_series(ctx, sa, sx, log_prefix)
-    upper_fraction = _igammac_fraction(ctx, sa, sx, log_prefix)
+    total, fraction = _igamma_recurrences(ctx, sa, sx)
+    # P(a, x) by the series, Q(a, x) by the fraction
+    lower_series = ctx.op.Mul(
+        ctx.op.Exp(ctx.op.Sub(log_prefix, lgamma64(ctx, ctx.op.Add(sa, one)))), total
+    )
+    upper_fraction = ctx.op.Mul(ctx.op.Exp(ctx.op.Sub(log_prefix, lgamma64(ctx, sa))), fraction)
     if upper:
         value = _where(ctx, use_series, ctx.op.Sub(one, lower_series), upper_fraction)
         at_zero_a, at_zero_x, at_inf_a, at_inf_x = zero, one, one, zero
@@ -421,14 +471,21 @@ _ASYMPTOTIC_TERMS = 20
 def _bessel_series(ctx, ax: ir.Value, order: int) -> ir.Value:
     """I_order(|x|) by its power series (float64, |x| < 30)."""
     q = ctx.op.Mul(ctx.op.Mul(ax, ax), _k(ctx, 0.25))
+
     # Term by term rather than Horner: the high-order coefficients 1/(k! (k+order)!) are far
     # below float32's range, and onnxruntime's graph optimizer was seen to flush such float64
     # constants to 0.
-    term = _k(ctx, 1.0 / math.factorial(order))
-    value = term
-    for k in range(1, _SERIES_TERMS):
-        term = ctx.op.Mul(term, ctx.op.Mul(q, _k(ctx, 1.0 / (k * (k + order)))))
-        value = ctx.op.Add(value, term)
+    # Step k's factor 1 / (k (k + order)): the product of small integers is exact in float64,
+    # so its reciprocal rounds exactly like the Python constant did. Not Div(1, .): onnxruntime
+    # fuses Mul(q, Div(1, m)) into Div(q, m), which rounds differently.
+    def step(body, k, states):
+        term, value = states
+        factor = body.op.Reciprocal(body.op.Mul(k, body.op.Add(k, _k(body, order))))
+        term = body.op.Mul(term, body.op.Mul(q, factor))
+        return [term, body.op.Add(value, term)]
+
+    first = _filled(ctx, 1.0 / math.factorial(order), q)
+    _, value = _steps(ctx, _SERIES_TERMS - 1, [first, first], step, "bessel_series")
     if order == 1:
         value = ctx.op.Mul(value, ctx.op.Mul(ax, _k(ctx, 0.5)))
     return value
