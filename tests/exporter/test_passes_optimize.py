@@ -484,12 +484,19 @@ _INFERRED_DTYPES = [
 ]
 
 
-def _random_node(rng, op, arity, attributes) -> ir.Node:
+_SYMBOLS = ["n", "m", None]  # named symbols and an unknown dim, as a dynamic export has
+
+
+def _random_node(rng, op, arity, attributes, symbolic: bool = False) -> ir.Node:
     base = [int(d) for d in rng.integers(0, 4, size=rng.integers(0, 4))]
+    if symbolic:
+        base = [_SYMBOLS[rng.integers(0, 3)] if rng.random() < 0.5 else d for d in base]
     inputs = []
     for i in range(arity):
         shape = list(base[rng.integers(0, len(base) + 1) :]) if base else []
         shape = [1 if rng.random() < 0.3 else d for d in shape]
+        if symbolic and rng.random() < 0.2:
+            shape = [_SYMBOLS[rng.integers(0, 3)] if rng.random() < 0.5 else d for d in shape]
         if rng.random() < 0.15:
             shape = [*shape, int(rng.integers(1, 4))]
         if op == "Transpose" and "perm" in attributes:
@@ -510,11 +517,13 @@ def _random_node(rng, op, arity, attributes) -> ir.Node:
     return node
 
 
+@pytest.mark.parametrize("symbolic", [False, True], ids=["fixed", "symbolic"])
 @pytest.mark.parametrize("opset", [13, 17, 18, 23])
-def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
+def test_the_folder_infers_simple_shapes_as_onnx_does(opset, symbolic):
     # The folder's own answer for an elementwise op, a broadcast, a Transpose, a Cast or a
     # MatMul, against ONNX shape inference on the same node (for a node whose outputs are
     # not all fixed already): the same dtype and shape, or no answer of its own (ONNX asked).
+    # Symbolic: dims also named symbols or unknown, as in a dynamic export.
     from onnxscript.optimizer import _constant_folding
 
     options = dict(shape_inference=True, input_size_limit=1024, output_size_limit=1024)
@@ -523,15 +532,18 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
         _constant_folding.FoldConstantsPass(**options),
     )
     ours._opset_imports = theirs._opset_imports = {"": opset}
-    rng = np.random.default_rng(opset)
-    answered = 0
+    rng = np.random.default_rng(opset + 100 * symbolic)
+    answered = named = 0
     for _ in range(40):
         for op, arity, attributes in _INFERRED_OPS:
             seed = int(rng.integers(0, 2**31))
             mine, onnx_s = (
-                _random_node(np.random.default_rng(seed), op, arity, attributes) for _ in range(2)
+                _random_node(np.random.default_rng(seed), op, arity, attributes, symbolic)
+                for _ in range(2)
             )
-            answered += _passes._infer_simply(mine) is not None
+            answer = _passes._infer_simply(mine)
+            answered += answer is not None
+            named += answer is not None and not all(isinstance(d, int) for d in answer[1])
             ours._do_inference(mine)
             if not all(_passes._fixed(value) for value in onnx_s.outputs):  # as before
                 _constant_folding.FoldConstantsPass._do_inference(theirs, onnx_s)
@@ -541,6 +553,7 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset):
             assert got.shape == want.shape, case
             assert ir.to_proto(got) == ir.to_proto(want), case
     assert answered > 300
+    assert named > 40 if symbolic else named == 0  # symbols answered, not only sizes
 
 
 def test_a_rule_set_built_once_keeps_nothing_of_the_model_it_rewrote():

@@ -309,12 +309,14 @@ _BINARY = {
 }
 
 
-def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list[int]] | None:
+def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list] | None:
     """The dtype and dims ONNX shape inference gives the one output of ``node``, where that
-    is plain arithmetic on its inputs' fixed shapes; None where ONNX is to be asked (it
-    could answer otherwise, or refuse). Asked only of the ops, dtypes and attributes ONNX
-    accepts at every opset from 13 on, with named inputs and output (ONNX's inference
-    reads them by name)."""
+    is plain arithmetic on its inputs' shapes; None where ONNX is to be asked (it could
+    answer otherwise, or refuse). Asked only of the ops, dtypes and attributes ONNX accepts
+    at every opset from 13 on, with named inputs and output (ONNX's inference reads them by
+    name). Symbolic dims (a dynamic export's) are answered where ONNX copies them: an
+    elementwise op, Cast or Transpose of one input, and a broadcast whose axis holds one
+    named symbol beside 1s; any other mix of symbols and sizes is ONNX's to answer."""
     if node.domain != "" or len(node.outputs) != 1 or not node.outputs[0].name:
         return None
     inputs = node.inputs
@@ -324,7 +326,7 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list[int]] | None:
             return None
         if value.type is None or not isinstance(value.type, ir.TensorType):
             return None
-        if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        if value.shape is None:
             return None
     if node.outputs[0].name in names:
         return None
@@ -379,6 +381,8 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list[int]] | None:
         if len(inputs) != 2 or attributes or dtypes[0] not in _FLOATS or dtypes[0] != dtypes[1]:
             return None
         a, b = shapes
+        if not all(isinstance(d, int) for d in (*a, *b)):
+            return None
         if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
             return None
         batch = _broadcast([a[:-2], b[:-2]])
@@ -386,9 +390,13 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list[int]] | None:
     return None
 
 
-def _broadcast(shapes: list[list[int]]) -> list[int] | None:
-    """numpy's (ONNX's multidirectional) broadcast of fixed ``shapes``; None when two dims
-    of an axis differ and neither is 1."""
+def _broadcast(shapes: list[list]) -> list | None:
+    """numpy's (ONNX's multidirectional) broadcast of ``shapes``; None when two dims of an
+    axis differ and neither is 1, and where an axis mixes a symbol with anything but 1s or
+    the same named symbol (ONNX has rules of its own there). One shape is its own answer,
+    unknown dims included."""
+    if len(shapes) == 1:
+        return list(shapes[0])
     rank = max(len(shape) for shape in shapes)
     dims = []
     for axis in range(-rank, 0):
@@ -397,7 +405,10 @@ def _broadcast(shapes: list[list[int]]) -> list[int] | None:
             sizes.discard(1)
         if len(sizes) > 1:
             return None
-        dims.append(sizes.pop())
+        size = sizes.pop()
+        if not isinstance(size, int) and size.value is None:
+            return None  # an unknown dim: ONNX's to merge with the others
+        dims.append(size)
     return dims
 
 
