@@ -463,7 +463,10 @@ _INFERRED_OPS = [
     ("Softmax", 1, {"axis": -1}),
     ("Softmax", 1, {"axis": 5}),
     ("Softmax", 1, {}),
+    *[(op, 1, {}) for op in ("Floor", "IsNaN", "IsInf", "Identity")],
+    ("IsInf", 1, {"detect_negative": 0}),
     *[(op, 2, {}) for op in ("Add", "Mul", "Div", "Equal", "Less", "And", "MatMul", "Pow")],
+    *[(op, 2, {}) for op in ("GreaterOrEqual", "Min", "Max")],
     ("Where", 3, {}),
     ("Transpose", 1, {}),
     ("Transpose", 1, {"perm": [1, 0, 2]}),
@@ -491,6 +494,8 @@ def _random_node(rng, op, arity, attributes, symbolic: bool = False) -> ir.Node:
     base = [int(d) for d in rng.integers(0, 4, size=rng.integers(0, 4))]
     if symbolic:
         base = [_SYMBOLS[rng.integers(0, 3)] if rng.random() < 0.5 else d for d in base]
+    if op in ("Min", "Max") and rng.random() < 0.3:
+        arity = int(rng.integers(1, 4))  # any number of inputs
     inputs = []
     for i in range(arity):
         shape = list(base[rng.integers(0, len(base) + 1) :]) if base else []
@@ -499,6 +504,8 @@ def _random_node(rng, op, arity, attributes, symbolic: bool = False) -> ir.Node:
             shape = [_SYMBOLS[rng.integers(0, 3)] if rng.random() < 0.5 else d for d in shape]
         if rng.random() < 0.15:
             shape = [*shape, int(rng.integers(1, 4))]
+        if symbolic and rng.random() < 0.15:
+            shape = None  # unknown rank, as a Loop body's inputs have
         if op == "Transpose" and "perm" in attributes:
             shape = [int(d) for d in rng.integers(1, 4, size=3)]
         if op == "Where" and i == 0:
@@ -533,7 +540,7 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset, symbolic):
     )
     ours._opset_imports = theirs._opset_imports = {"": opset}
     rng = np.random.default_rng(opset + 100 * symbolic)
-    answered = named = 0
+    answered = named = alone = 0
     for _ in range(40):
         for op, arity, attributes in _INFERRED_OPS:
             seed = int(rng.integers(0, 2**31))
@@ -543,7 +550,9 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset, symbolic):
             )
             answer = _passes._infer_simply(mine)
             answered += answer is not None
-            named += answer is not None and not all(isinstance(d, int) for d in answer[1])
+            dims = None if answer is None else answer[1]
+            named += dims is not None and not all(isinstance(d, int) for d in dims)
+            alone += answer is not None and dims is None
             ours._do_inference(mine)
             if not all(_passes._fixed(value) for value in onnx_s.outputs):  # as before
                 _constant_folding.FoldConstantsPass._do_inference(theirs, onnx_s)
@@ -554,6 +563,7 @@ def test_the_folder_infers_simple_shapes_as_onnx_does(opset, symbolic):
             assert ir.to_proto(got) == ir.to_proto(want), case
     assert answered > 300
     assert named > 40 if symbolic else named == 0  # symbols answered, not only sizes
+    assert alone > 40 if symbolic else alone == 0  # and the dtype alone of an unknown shape
 
 
 def test_a_rule_set_built_once_keeps_nothing_of_the_model_it_rewrote():

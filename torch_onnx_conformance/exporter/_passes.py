@@ -256,13 +256,16 @@ def _known_shapes_first() -> type:
             inferred = _infer_simply(node) if simple else None
             output = node.outputs[0]
             if inferred is None or (
-                output.shape is not None and len(output.shape) != len(inferred[1])
+                output.shape is not None
+                and inferred[1] is not None
+                and len(output.shape) != len(inferred[1])
             ):  # (ONNX's answer of another rank fails to merge; the folder logs that)
                 super()._do_inference(node)
                 return
             dtype, dims = inferred
-            shape = ir.Shape(dims, denotations=[None] * len(dims), frozen=True)
-            output.shape = _constant_folding._merge_shapes(output.shape, shape)
+            if dims is not None:  # None: the dtype alone, as ONNX answers an unknown shape
+                shape = ir.Shape(dims, denotations=[None] * len(dims), frozen=True)
+                output.shape = _constant_folding._merge_shapes(output.shape, shape)
             output.type = ir.TensorType(dtype)
 
         def _prepare_folded_tensor(self, node, output_name, output_array):
@@ -298,18 +301,24 @@ _UNARY = {
         ("Sigmoid", "Sqrt", "Relu", "Neg", "Abs", "Exp", "Log", "Tanh", "Erf", "Reciprocal"),
         (_FLOATS, None),
     ),
-    **dict.fromkeys(("Sin", "Cos", "Softmax"), (_FLOATS, None)),
+    **dict.fromkeys(("Sin", "Cos", "Softmax", "Floor", "Ceil"), (_FLOATS, None)),
     "Not": (frozenset({ir.DataType.BOOL}), None),
+    "IsNaN": (_FLOATS, ir.DataType.BOOL),
+    "IsInf": (frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE}), ir.DataType.BOOL),
+    "Identity": (_PLAIN, None),
 }
 _BINARY = {
-    **dict.fromkeys(("Add", "Sub", "Mul", "Div"), (_NUMBERS, None)),
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Pow"), (_NUMBERS, None)),
     "Equal": (_NUMBERS | {ir.DataType.BOOL}, ir.DataType.BOOL),
+    # (not LessOrEqual and GreaterOrEqual: ONNX infers no shape for them at opset 13)
     **dict.fromkeys(("Less", "Greater"), (_NUMBERS, ir.DataType.BOOL)),
     **dict.fromkeys(("And", "Or"), (frozenset({ir.DataType.BOOL}), ir.DataType.BOOL)),
 }
+#: Ops of any number of inputs (from one), broadcast like the binary ones.
+_VARIADIC = {**dict.fromkeys(("Min", "Max"), (_NUMBERS, None))}
 
 
-def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list] | None:
+def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list | None] | None:
     """The dtype and dims ONNX shape inference gives the one output of ``node``, where that
     is plain arithmetic on its inputs' shapes; None where ONNX is to be asked (it could
     answer otherwise, or refuse). Asked only of the ops, dtypes and attributes ONNX accepts
@@ -326,17 +335,21 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list] | None:
             return None
         if value.type is None or not isinstance(value.type, ir.TensorType):
             return None
-        if value.shape is None:
-            return None
     if node.outputs[0].name in names:
         return None
     op, attributes = node.op_type, node.attributes
     dtypes = [value.dtype for value in inputs]
-    shapes = [list(value.shape) for value in inputs]
-    if op in _UNARY or op in _BINARY:
-        allowed, result = _UNARY.get(op) or _BINARY[op]
-        arity = 1 if op in _UNARY else 2
-        if len(inputs) != arity or dtypes[0] not in allowed or len(set(dtypes)) != 1:
+    shapes = [None if value.shape is None else list(value.shape) for value in inputs]
+    if any(shape is None for shape in shapes):
+        # An input of unknown rank (a Loop body's): ONNX gives elementwise ops, Where and
+        # Cast their dtype alone.
+        return _dtype_alone(op, attributes, dtypes)
+    if op in _UNARY or op in _BINARY or op in _VARIADIC:
+        allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
+        arity = 1 if op in _UNARY else 2 if op in _BINARY else len(inputs)
+        if not inputs or len(inputs) != arity:
+            return None
+        if dtypes[0] not in allowed or len(set(dtypes)) != 1:
             return None
         if op == "Softmax":
             axis = attributes.get("axis")
@@ -387,6 +400,23 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list] | None:
             return None
         batch = _broadcast([a[:-2], b[:-2]])
         return None if batch is None else (dtypes[0], [*batch, a[-2], b[-1]])
+    return None
+
+
+def _dtype_alone(op: str, attributes, dtypes: list) -> tuple[ir.DataType, None] | None:
+    """:func:`_infer_simply`'s answer where some input's shape is unknown: the output's
+    dtype and no shape, for the ops whose ONNX inference then sets the dtype alone."""
+    if op in _UNARY or op in _BINARY or op in _VARIADIC:
+        allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
+        arity = 1 if op in _UNARY else 2 if op in _BINARY else len(dtypes)
+        if op == "Softmax" or attributes or not dtypes or len(dtypes) != arity:
+            return None
+        if dtypes[0] not in allowed or len(set(dtypes)) != 1:
+            return None
+        return result or dtypes[0], None
+    if op == "Where" and len(dtypes) == 3 and not attributes and dtypes[0] == ir.DataType.BOOL:
+        if dtypes[1] == dtypes[2] and dtypes[1] in _PLAIN - {ir.DataType.BFLOAT16}:
+            return dtypes[1], None
     return None
 
 
