@@ -89,6 +89,18 @@ def test_rows_are_fsynced_once_per_interval_and_every_row_is_written(tmp_path, m
     assert [row.id for row in scan_rows([path]).rows] == [f"op::{n}" for n in "abcde"]
 
 
+def test_a_row_holds_its_nested_values_as_json_does():
+    @dataclasses.dataclass
+    class Facts:
+        rank: int
+        names: tuple
+
+    row = _row("op::n", extra={"facts": Facts(2, ("a", "b")), "seen": [{"x": 1.5}]})
+    data = json.loads(row.to_json())
+    assert data["extra"] == {"facts": {"rank": 2, "names": ["a", "b"]}, "seen": [{"x": 1.5}]}
+    assert data == json.loads(json.dumps(dataclasses.asdict(row), default=str))
+
+
 BAD_LINES = {
     b"null": "not a JSON object but NoneType",
     b"42": "not a JSON object but int",
