@@ -345,25 +345,7 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list | None] | None:
         # Cast their dtype alone.
         return _dtype_alone(op, attributes, dtypes)
     if op in _UNARY or op in _BINARY or op in _VARIADIC:
-        allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
-        arity = 1 if op in _UNARY else 2 if op in _BINARY else len(inputs)
-        if not inputs or len(inputs) != arity:
-            return None
-        if dtypes[0] not in allowed or len(set(dtypes)) != 1:
-            return None
-        if op == "Softmax":
-            axis = attributes.get("axis")
-            rank = len(shapes[0])
-            if set(attributes) - {"axis"} or rank == 0:
-                return None
-            if axis is not None and (
-                axis.type != ir.AttributeType.INT or not -rank <= axis.value < rank
-            ):
-                return None
-        elif attributes:
-            return None
-        dims = _broadcast(shapes)
-        return None if dims is None else (result or dtypes[0], dims)
+        return _elementwise(op, attributes, dtypes, shapes)
     if op == "Where":
         if len(inputs) != 3 or attributes or dtypes[0] != ir.DataType.BOOL:
             return None
@@ -401,6 +383,29 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list | None] | None:
         batch = _broadcast([a[:-2], b[:-2]])
         return None if batch is None else (dtypes[0], [*batch, a[-2], b[-1]])
     return None
+
+
+def _elementwise(op: str, attributes, dtypes: list, shapes: list[list]):
+    """:func:`_infer_simply` for ``_UNARY``, ``_BINARY`` and ``_VARIADIC`` ops."""
+    allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
+    arity = 1 if op in _UNARY else 2 if op in _BINARY else len(dtypes)
+    if not dtypes or len(dtypes) != arity:
+        return None
+    if dtypes[0] not in allowed or len(set(dtypes)) != 1:
+        return None
+    if op == "Softmax":
+        axis = attributes.get("axis")
+        rank = len(shapes[0])
+        if set(attributes) - {"axis"} or rank == 0:
+            return None
+        if axis is not None and (
+            axis.type != ir.AttributeType.INT or not -rank <= axis.value < rank
+        ):
+            return None
+    elif attributes:
+        return None
+    dims = _broadcast(shapes)
+    return None if dims is None else (result or dtypes[0], dims)
 
 
 def _dtype_alone(op: str, attributes, dtypes: list) -> tuple[ir.DataType, None] | None:
