@@ -656,6 +656,7 @@ class Controller:
 
     def __init__(self, options: Options):
         self.options = options
+        self._parent = os.getppid()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         o = self.options
@@ -697,7 +698,12 @@ class Controller:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
         """A whole xdist worker died running ``crashitem``: its ``crash`` row, judged and
-        written by a runtime of that worker (ops and models)."""
+        written by a runtime of that worker (ops and models). None when this process's own
+        parent has died meanwhile: the whole run is being killed (``kill -9`` on its process
+        tree), not the case; ``--resume`` runs the case again rather than keep a crash row
+        that a race between the kills would have written."""
+        if os.getppid() != self._parent:
+            return None
         try:
             case = parse_case(_case_id_from_nodeid(crashitem) or "")
         except ValueError:
