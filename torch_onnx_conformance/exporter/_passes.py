@@ -347,12 +347,9 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list | None] | None:
     if op in _UNARY or op in _BINARY or op in _VARIADIC:
         return _elementwise(op, attributes, dtypes, shapes)
     if op == "Where":
-        if len(inputs) != 3 or attributes or dtypes[0] != ir.DataType.BOOL:
-            return None
-        if dtypes[1] != dtypes[2] or dtypes[1] not in _PLAIN - {ir.DataType.BFLOAT16}:
-            return None
-        dims = _broadcast(shapes)
-        return None if dims is None else (dtypes[1], dims)
+        dtype = _where_dtype(attributes, dtypes)
+        dims = None if dtype is None else _broadcast(shapes)
+        return None if dims is None else (dtype, dims)
     if op == "Transpose":
         perm = attributes.get("perm")
         if len(inputs) != 1 or set(attributes) - {"perm"} or dtypes[0] not in _PLAIN:
@@ -385,13 +382,31 @@ def _infer_simply(node: ir.Node) -> tuple[ir.DataType, list | None] | None:
     return None
 
 
-def _elementwise(op: str, attributes, dtypes: list, shapes: list[list]):
-    """:func:`_infer_simply` for ``_UNARY``, ``_BINARY`` and ``_VARIADIC`` ops."""
+def _elementwise_dtype(op: str, dtypes: list) -> ir.DataType | None:
+    """The output dtype of a ``_UNARY``, ``_BINARY`` or ``_VARIADIC`` op on inputs of
+    ``dtypes``; None where their count or dtypes are not what :func:`_infer_simply` answers."""
     allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
     arity = 1 if op in _UNARY else 2 if op in _BINARY else len(dtypes)
     if not dtypes or len(dtypes) != arity:
         return None
     if dtypes[0] not in allowed or len(set(dtypes)) != 1:
+        return None
+    return result or dtypes[0]
+
+
+def _where_dtype(attributes, dtypes: list) -> ir.DataType | None:
+    """Where's output dtype, where :func:`_infer_simply` answers for it."""
+    if len(dtypes) != 3 or attributes or dtypes[0] != ir.DataType.BOOL:
+        return None
+    if dtypes[1] != dtypes[2] or dtypes[1] not in _PLAIN - {ir.DataType.BFLOAT16}:
+        return None
+    return dtypes[1]
+
+
+def _elementwise(op: str, attributes, dtypes: list, shapes: list[list]):
+    """:func:`_infer_simply` for ``_UNARY``, ``_BINARY`` and ``_VARIADIC`` ops."""
+    result = _elementwise_dtype(op, dtypes)
+    if result is None:
         return None
     if op == "Softmax":
         axis = attributes.get("axis")
@@ -405,24 +420,17 @@ def _elementwise(op: str, attributes, dtypes: list, shapes: list[list]):
     elif attributes:
         return None
     dims = _broadcast(shapes)
-    return None if dims is None else (result or dtypes[0], dims)
+    return None if dims is None else (result, dims)
 
 
 def _dtype_alone(op: str, attributes, dtypes: list) -> tuple[ir.DataType, None] | None:
     """:func:`_infer_simply`'s answer where some input's shape is unknown: the output's
     dtype and no shape, for the ops whose ONNX inference then sets the dtype alone."""
     if op in _UNARY or op in _BINARY or op in _VARIADIC:
-        allowed, result = _UNARY.get(op) or _BINARY.get(op) or _VARIADIC[op]
-        arity = 1 if op in _UNARY else 2 if op in _BINARY else len(dtypes)
-        if op == "Softmax" or attributes or not dtypes or len(dtypes) != arity:
-            return None
-        if dtypes[0] not in allowed or len(set(dtypes)) != 1:
-            return None
-        return result or dtypes[0], None
-    if op == "Where" and len(dtypes) == 3 and not attributes and dtypes[0] == ir.DataType.BOOL:
-        if dtypes[1] == dtypes[2] and dtypes[1] in _PLAIN - {ir.DataType.BFLOAT16}:
-            return dtypes[1], None
-    return None
+        dtype = None if op == "Softmax" or attributes else _elementwise_dtype(op, dtypes)
+    else:
+        dtype = _where_dtype(attributes, dtypes) if op == "Where" else None
+    return None if dtype is None else (dtype, None)
 
 
 def _broadcast(shapes: list[list]) -> list | None:
