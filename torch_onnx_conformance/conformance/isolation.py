@@ -94,6 +94,7 @@ class CaseChild(ChildProcess):
     def __init__(self) -> None:
         super().__init__()
         self._cases_run = 0
+        self._memory_budget = child_memory_budget()
 
     def run(
         self,
@@ -142,7 +143,7 @@ class CaseChild(ChildProcess):
         used = data_bytes(self._process.pid)
         if used is None:
             return self._cases_run >= CASES_PER_CHILD
-        return used > child_memory_budget()
+        return used > self._memory_budget
 
     def _restart(self) -> None:
         self.close()

@@ -2,11 +2,12 @@
 
 A case's artifacts (``model.onnx``, ``inputs.npz``, ``expected.npz``, for dynamic cases
 ``inputs2.npz`` and ``expected2.npz``, ``case.json``) are written to a scratch directory before
-onnxruntime runs, so that even a crash leaves them (rewritten in place: ``REUSED_FILES``). A case that does not pass gets its scratch
-directory moved to ``RESULTS/repros/<sanitised id>/``, where ``repro.py`` and ``compare.py`` join
-them (the same two files for every case: copied once a directory is kept, not for every case). The layout,
-script and comparison rule are ``exporter.diagnostics.repro``'s, the same for op, model and export repros;
-``case.json`` says which rule (``element`` for ops, ``scale`` for models) applies.
+onnxruntime runs, so that even a crash leaves them (rewritten in place: ``REUSED_FILES``). A case
+that does not pass gets its scratch directory moved to ``RESULTS/repros/<sanitised id>/``, where
+``repro.py`` and ``compare.py`` join them (the same two files for every case: copied once a
+directory is kept, not for every case). The layout, script and comparison rule are
+``exporter.diagnostics.repro``'s, the same for op, model and export repros; ``case.json`` says
+which rule (``element`` for ops, ``scale`` for models) applies.
 """
 
 from __future__ import annotations
@@ -63,16 +64,21 @@ def reset_scratch(directory: Path) -> None:
     artifacts); files other than ``REUSED_FILES`` (a model's external data) are deleted."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for entry in os.scandir(directory):
-            if entry.name in REUSED_FILES:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+        _remove_all_but(directory, REUSED_FILES)
         write_in_place(directory / "case.json", b"{}")
     except OSError:  # whatever stands in the way: the folder goes, as it did before each case
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_all_but(directory: Path, kept) -> None:
+    """Delete every file and folder in ``directory`` whose name is not in ``kept``."""
+    for entry in os.scandir(directory):
+        if entry.name in kept:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def write_artifacts(
@@ -137,15 +143,11 @@ def keep_repro(scratch: Path, results_dir: Path, case_id: str, **fields: Any) ->
     the case left no artifacts."""
     if not scratch.exists():
         return None
-    claimed = _read_meta(scratch).get(ARTIFACTS)
+    meta = _read_meta(scratch)
+    claimed = meta.pop(ARTIFACTS, None)
     if claimed is None:
         return None
-    for entry in os.scandir(scratch):
-        if entry.name != "case.json" and entry.name not in claimed:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+    _remove_all_but(scratch, {"case.json", *claimed})
     relative = Path(REPROS_DIR) / sanitise_id(case_id)
     target = results_dir / relative
     if target.exists():
@@ -153,8 +155,6 @@ def keep_repro(scratch: Path, results_dir: Path, case_id: str, **fields: Any) ->
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(scratch), str(target))
     install_scripts(target)
-    meta = _read_meta(target)
-    meta.pop(ARTIFACTS, None)
     meta.update(fields)
     _write_meta(target, meta)
     return relative.as_posix()
