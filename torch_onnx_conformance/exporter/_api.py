@@ -67,9 +67,9 @@ def export(
     Without ``output_names``, outputs are named after what forward() returned (``logits``,
     ``last_hidden_state``, ``present.0.key``, ``output.0``; see ``exporter._output_names``);
     ``output_names="fx"`` keeps torch.onnx's FX names (``layer_norm_2``, ``add``).
-    ``capture_cache=CaptureCache()`` with ``capture_key``: exports of the same model and
-    inputs under one key capture and decompose once, each translating that capture (at its own
-    opset); the key says they are the same (see ``exporter._capture_cache``).
+    ``capture_cache=CaptureCache()`` with ``capture_key``: exports of the same model and inputs
+    under one key capture once, and translate at each opset or copy a translation whose opset
+    choices their opset makes alike (``exporter._capture_cache``, ``_translation_reuse``).
     """
     arguments = dict(locals())  # every parameter by name, for _validate: nothing else is set yet
     record = ExportRecord(model_class=type(model).__name__, verify_requested=bool(verify))

@@ -1,6 +1,7 @@
 """One capture, several exports: what capture and decomposition made of a model, kept under a
 key the caller chooses, so that exporting the same model and inputs again (at another opset)
-translates it instead of capturing it again.
+translates it instead of capturing it again, or copies an earlier opset's translation where
+the opset changes none of its choices (``exporter._translation_reuse``).
 
 ``export(..., capture_cache=cache, capture_key=key)``: the key is the caller's promise that
 every export under it captures the same thing (model, example inputs, dynamic shapes, capture
@@ -56,6 +57,9 @@ class Captured:
     signature: tuple
     #: ``fingerprint`` of the programs when kept: a hit must still match it
     fingerprint: tuple
+    #: what translation made of them at each opset whose choices differ
+    #: (``exporter._translation_reuse``), filled by the exports that use the capture
+    translations: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnxscript.rewriter import pattern
 
-from torch_onnx_conformance.exporter import _dtypes, _passes
+from torch_onnx_conformance.exporter import _dtypes, _passes, _translation_reuse
 from torch_onnx_conformance.exporter.ops import _kernels, _opsets, _quantized_rewrites
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -650,6 +650,38 @@ def onnx_opset(model: ir.Model) -> int | None:
     return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
 
 
+def _apply_where(opset: int, model: ir.Model, op_type: str, rule_sets, *, has: bool) -> int | None:
+    """Apply ``rule_sets`` in order where the opset has ``op_type`` (``has``) or lacks it (not
+    ``has``); the count of the last set's rewrites, None where they do not apply.
+
+    With a tracked opset (``exporter._translation_reuse``), the choice is noted only where it
+    made a difference: where the sets applied and rewrote or removed something, or where they
+    did not apply and would have (tried on a copy of the model). Another opset, which would
+    choose otherwise, makes the same model as long as the choice made none."""
+    tracked = isinstance(opset, _translation_reuse.TrackedOpset)
+    applies = _opsets.has(op_type, _translation_reuse.plain(opset)) == has
+    could = tracked and any(rule_set.may_change(model) for rule_set in rule_sets)
+    if not applies:
+        if could and _would_change(model, rule_sets):
+            _opsets.has(op_type, opset)  # noted: the choice matters
+        return None
+    removes = could and any(rs.remove_unused_nodes for rs in rule_sets)
+    removes = removes and _passes.may_remove_unused(model)
+    counts = [rule_set.apply_to_model(model) for rule_set in rule_sets]
+    if could and (removes or any(counts)):
+        _opsets.has(op_type, opset)  # noted: the choice matters
+    return counts[-1]
+
+
+def _would_change(model: ir.Model, rule_sets) -> bool:
+    """Whether applying ``rule_sets`` to ``model`` would rewrite or remove anything (tried
+    on a copy)."""
+    if any(rs.remove_unused_nodes for rs in rule_sets) and _passes.may_remove_unused(model):
+        return True
+    copy = model.clone()
+    return any(rule_set.apply_to_model(copy) for rule_set in rule_sets)
+
+
 def fuse(model: ir.Model) -> dict[str, int]:
     """Rewrite the decomposed forms into the fused ops the model's opset has; returns how many
     of each were made."""
@@ -660,14 +692,13 @@ def fuse(model: ir.Model) -> dict[str, int]:
     simplifications, fusions, onnxruntime_forms = _rule_sets()
     counts["simplified"] = simplifications.apply_to_model(model)
     for op_type, rule_sets in fusions:
-        if _opsets.has(op_type, opset):
-            *prepare, make = rule_sets
-            for rule_set in prepare:
-                rule_set.apply_to_model(model)
-            counts[op_type] = make.apply_to_model(model)
+        made = _apply_where(opset, model, op_type, rule_sets, has=True)
+        if made is not None:
+            counts[op_type] = made
     for op_type, rule_set in onnxruntime_forms:
-        if not _opsets.has(op_type, opset):
-            counts[f"{op_type} for onnxruntime"] = rule_set.apply_to_model(model)
+        made = _apply_where(opset, model, op_type, [rule_set], has=False)
+        if made is not None:
+            counts[f"{op_type} for onnxruntime"] = made
     if any(counts.values()):
         # The rewrites compute the rotary caches from constant tables (fold them), once per
         # use, while q and k of every layer share them (CSE). After the removal of unused

@@ -9,10 +9,12 @@ import logging
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+import onnx
+import onnx.defs
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from torch_onnx_conformance.exporter import _dtypes
+from torch_onnx_conformance.exporter import _dtypes, _translation_reuse
 
 
 def finalize(model: ir.Model) -> None:
@@ -268,6 +270,23 @@ def _known_shapes_first() -> type:
                 output.shape = _constant_folding._merge_shapes(output.shape, shape)
             output.type = ir.TensorType(dtype)
 
+        def process_node(self, node: ir.Node, is_function: bool):
+            # A tracked opset (exporter._translation_reuse): the folder picks how to infer
+            # and evaluate a node by its op's schema at the opset (onnx's reference
+            # implementations, one per schema version); that schema is what is noted, and
+            # the folder reads the plain number.
+            imports = self._opset_imports
+            version = imports.get(node.domain)
+            if not isinstance(version, _translation_reuse.TrackedOpset):
+                return super().process_node(node, is_function)
+            with contextlib.suppress(Exception):
+                onnx.defs.get_schema(node.op_type, version, node.domain)
+            self._opset_imports = {d: _translation_reuse.plain(v) for d, v in imports.items()}
+            try:
+                return super().process_node(node, is_function)
+            finally:
+                self._opset_imports = imports
+
         def _prepare_folded_tensor(self, node, output_name, output_array):
             if type(output_array) is not np.ndarray or output_array.size > self.output_size_limit:
                 return super()._prepare_folded_tensor(node, output_name, output_array)
@@ -504,7 +523,17 @@ def _local_rule_set_class() -> type:
                 rules = itertools.chain.from_iterable(rule.commute() for rule in rules)
             super().__init__(local_rules(rules))
             self.triggers = _triggers(self.rules)
+            self.needs = [_needs(rule) for rule in self.rules]
             self.by_op_type = _RulesByOpType(self.rules)
+
+        def may_change(self, model: ir.Model) -> bool:
+            """Whether applying the set could change ``model``."""
+            if self.triggers is not None and not _holds_any(model, self.triggers):
+                return self.remove_unused_nodes and may_remove_unused(model)
+            present = _op_types(model)
+            return any(need <= present for need in self.needs) or (
+                self.remove_unused_nodes and may_remove_unused(model)
+            )
 
         def apply_to_model(self, model: ir.Model, *, verbose=None, tracer=None) -> int:
             if (
@@ -604,23 +633,58 @@ def _start(rule) -> tuple[str, str] | None:
     return None if op is None or domain is None else (op, domain)
 
 
+def may_remove_unused(model: ir.Model) -> bool:
+    """Whether onnx_ir's RemoveUnusedNodesPass could change ``model``: some node output that
+    nothing reads (a node it removes, or an optional output it drops), a trailing empty input,
+    or an initializer nothing reads. False means the pass changes nothing."""
+    graph = model.graph
+    if any(
+        not (init.uses() or init.is_graph_input() or init.is_graph_output())
+        for init in graph.initializers.values()
+    ):
+        return True
+    opset = model.opset_imports.get("")
+    opset = None if opset is None else _translation_reuse.plain(opset)
+    outputs: dict[int, frozenset] = {}
+    for graph_like, node in _walk(model):
+        if (node.inputs and node.inputs[-1] is None) or (
+            node.outputs and not node.outputs[-1].name
+        ):
+            return True
+        graph_outputs = outputs.get(id(graph_like))
+        if graph_outputs is None:
+            graph_outputs = outputs[id(graph_like)] = frozenset(graph_like.outputs)
+        unused = [
+            i
+            for i, output in enumerate(node.outputs)
+            if output.name and output not in graph_outputs and not output.uses()
+        ]
+        if unused and (len(unused) == len(node.outputs) or _drops(node, unused, opset)):
+            return True
+    return False
+
+
+def _drops(node: ir.Node, unused: list[int], opset: int | None) -> bool:
+    """Whether the removal of unused optional outputs could drop one of ``unused`` (outputs
+    of ``node`` nothing reads): one its schema makes optional, or an op whose schema cannot
+    be read here."""
+    if node.domain not in ("", "onnx.ai"):
+        return False
+    if opset is None or node.op_type == "BatchNormalization":
+        return True
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return True
+    formal = schema.outputs
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    return any(i < len(formal) and formal[i].option == optional for i in unused)
+
+
 def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
     """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
-    ((domain, op type) pairs); stops at the first one. (A walk over the graphs' node lists:
-    onnx_ir's RecursiveGraphIterator, a generator per node, cost more than the question.)"""
-    graphs = [model.graph, *model.functions.values()]
-    while graphs:
-        for node in graphs.pop():
-            if (node.domain, node.op_type) in op_types:
-                return True
-            for attr in node.attributes.values():
-                if not isinstance(attr, ir.Attr):
-                    continue
-                if attr.type == ir.AttributeType.GRAPH:
-                    graphs.append(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    graphs.extend(attr.value)
-    return False
+    ((domain, op type) pairs); stops at the first one."""
+    return any((node.domain, node.op_type) in op_types for _, node in _walk(model))
 
 
 def _first_node(rule):
@@ -635,6 +699,47 @@ def _constant(string_pattern) -> str | None:
     if isinstance(string_pattern, _pattern_ir.StringConstantPattern):
         return string_pattern.value()
     return None
+
+
+def _needs(rule) -> frozenset[tuple[str, str]]:
+    """The (domain, op type) pairs a graph must hold for ``rule`` to match: those of the
+    pattern's nodes that produce a value another of its nodes takes (and its output nodes),
+    where the pattern names them."""
+    from onnxscript.rewriter._pattern_ir import NodeOutputPattern
+
+    needed, pending, seen = set(), list(rule._matcher.pattern.output_nodes), set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node._op_identifier is not None:
+            needed.add(node._op_identifier[:2])
+        pending += [v.producer() for v in node.inputs if isinstance(v, NodeOutputPattern)]
+    return frozenset(needed)
+
+
+def _op_types(model: ir.Model) -> frozenset[tuple[str, str]]:
+    """The (domain, op type) pairs of the nodes of the model, its subgraphs and functions."""
+    return frozenset((node.domain, node.op_type) for _, node in _walk(model))
+
+
+def _walk(model: ir.Model) -> Iterator[tuple[ir.Graph | ir.Function, ir.Node]]:
+    """Every node of the model, its functions and subgraphs, with the graph it is in. (A walk
+    over the graphs' node lists: onnx_ir's RecursiveGraphIterator, a generator per node, cost
+    more than the questions asked of it.)"""
+    graphs = [model.graph, *model.functions.values()]
+    while graphs:
+        graph_like = graphs.pop()
+        for node in graph_like:
+            yield graph_like, node
+            for attr in node.attributes.values():
+                if not isinstance(attr, ir.Attr):
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    graphs.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    graphs.extend(attr.value)
 
 
 def _triggers(rules: Iterable) -> frozenset[tuple[str, str]] | None:

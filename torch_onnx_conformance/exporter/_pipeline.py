@@ -37,12 +37,14 @@ from torch_onnx_conformance.exporter import (
     _output_names,
     _passes,
     _translate,
+    _translation_reuse,
     _validate,
 )
 from torch_onnx_conformance.exporter._errors import OnnxExporterError, UnsupportedOpError
 from torch_onnx_conformance.exporter._program import ONNXProgram, has_no_data, input_plan
 from torch_onnx_conformance.exporter._record import ExportRecord
 from torch_onnx_conformance.exporter._validate import ExportRequest
+from torch_onnx_conformance.exporter.ops import _opsets
 from torch_onnx_conformance.exporter.stages import Stage
 
 
@@ -59,6 +61,11 @@ class ExportState:
     untraceable: dict[str, str] = dataclasses.field(default_factory=dict)
     #: decomposition: the program translation reads
     decomposed: torch.export.ExportedProgram | None = None
+    #: translation: the capture's symbols -> the user's axis names (``AxisNames.symbol_renames``)
+    renames: dict[str, str] | None = None
+    #: translation: the opset it runs at, a ``TrackedOpset`` when its result is kept for other
+    #: opsets (``exporter._translation_reuse``)
+    opset: int | None = None
     #: translation: the ONNX model, which optimize and finish change in place
     model: ir.Model | None = None
     #: translation: what export() hands back
@@ -93,7 +100,7 @@ def run(
     kept under it once decomposition succeeded (``exporter._capture_cache``); so is their
     failure, which a later export under the key raises again."""
     state = ExportState()
-    steps, signature = STEPS, None
+    steps, signature, entry, reused = STEPS, None, None, False
     if reuse is not None:
         signature = _capture_cache.signature(request)
         kept = reuse[0].get(reuse[1], signature)
@@ -103,8 +110,15 @@ def run(
         if kept is not None:
             _restore(request, state, record, kept)
             steps = tuple(step for step in STEPS if step.stage not in CAPTURE_STAGES)
+            entry = kept
     notes_before, errors_before = len(record.notes), len(record.errors)
     for step in steps:
+        if step.stage is Stage.TRANSLATION and entry is not None:
+            reused = _translation_kept(request, state, record, entry)
+        elif step.stage is None and entry is not None and not reused:
+            _keep_translation(request, state, record, entry)
+        if reused and step.stage in TRANSLATION_STAGES:
+            continue
         try:  # inline, not a helper: a step's warnings count the frames up to the caller
             if step.skip is not None and step.skip(request):
                 assert step.stage is not None, "only a stage can be skipped"
@@ -129,13 +143,16 @@ def run(
                 reuse[0].put(reuse[1], _capture_cache.CaptureFailure(failure, fields, signature))
             raise
         if reuse is not None and step.stage is Stage.DECOMPOSITION:
-            reuse[0].put(reuse[1], _kept(state, record, signature, notes_before, errors_before))
+            entry = _kept(state, record, signature, notes_before, errors_before)
+            reuse[0].put(reuse[1], entry)
     assert state.program is not None
     return state.program
 
 
 #: The stages a capture kept by ``exporter._capture_cache`` stands for.
 CAPTURE_STAGES = (Stage.CAPTURE, Stage.DECOMPOSITION)
+#: The stages a translation kept by ``exporter._translation_reuse`` stands for.
+TRANSLATION_STAGES = (Stage.TRANSLATION, Stage.OPTIMIZE)
 #: The record's fields those stages set, besides their status, timing, notes and errors.
 _CAPTURE_RECORD_FIELDS = (
     "capture_strategy",
@@ -211,6 +228,72 @@ def _restore(
     if message:
         warnings.warn(message, UserWarning, stacklevel=4)
     _dump(request, state, record)
+
+
+def _translation_kept(
+    request: ExportRequest, state: ExportState, record: ExportRecord, entry
+) -> bool:
+    """Before translating a kept capture: take a translation kept at another opset that this
+    opset would make alike (``exporter._translation_reuse``), standing for the translation
+    and optimize stages, and return True; otherwise have translation track its opset, so that
+    what it makes is kept in turn, and return False."""
+    if request.opset < _opsets.MIN_OPSET or request.registry.has_custom():
+        return False
+    state.renames = request.axis_names.symbol_renames(state.decomposed)
+    depends_on = _translation_depends_on(request, state, record)
+    kept = _translation_reuse.find(entry.translations, request.opset, depends_on)
+    if kept is None:
+        _translation_reuse.note_schema_lookups()
+        choices = _translation_reuse.OpsetChoices()
+        state.opset = _translation_reuse.TrackedOpset(request.opset, choices)
+        return False
+    state.model = record.model = _translation_reuse.copy_at(kept, request.opset)
+    for stage in TRANSLATION_STAGES:
+        skipped = stage is Stage.OPTIMIZE and _not_optimized(request)
+        record.status[stage.value] = "skipped" if skipped else "ok"
+        if not skipped:
+            record.timings[stage.value] = 0.0
+    note = (
+        f"translation reused from the export at opset {kept.opset} under the same "
+        f"capture_key: every choice it made by the opset is the same at opset {request.opset}"
+    )
+    record.notes.append(note)
+    request.say(note)
+    _translated(request, state, record)
+    return True
+
+
+def _translation_depends_on(
+    request: ExportRequest, state: ExportState, record: ExportRecord
+) -> tuple:
+    """What translation and optimization read besides the capture and the opset."""
+    return (
+        request.metadata,
+        request.optimize,
+        record.model_class,
+        state.narrowed,
+        tuple(sorted(state.renames.items())),
+    )
+
+
+def _keep_translation(
+    request: ExportRequest, state: ExportState, record: ExportRecord, entry
+) -> None:
+    """After a tracked translation (and optimize): keep it for other opsets, unless the
+    program has weights without data (their buffers are computed per export)."""
+    if not isinstance(state.opset, _translation_reuse.TrackedOpset):
+        return
+    tracked, state.opset = state.opset, None
+    if state.program is None or state.program.meta_weights():
+        _translation_reuse.untrack(state.model)
+        return
+    _translation_reuse.keep(
+        entry.translations,
+        tracked,
+        tracked.choices,
+        _translation_depends_on(request, state, record),
+        state.model,
+    )
 
 
 # Warnings raised by a step's functions point at export()'s caller: the function, run(),
@@ -293,12 +376,14 @@ def translate(request: ExportRequest, state: ExportState, record: ExportRecord) 
     if unsupported:
         record.unsupported = unsupported
         raise UnsupportedOpError(_unsupported_message(unsupported, state.untraceable), unsupported)
+    if state.renames is None:
+        state.renames = request.axis_names.symbol_renames(decomposed)
     model = _translate.translate_program(
         decomposed,
         request.registry,
-        opset=request.opset,
+        opset=request.opset if state.opset is None else state.opset,
         metadata=request.metadata,
-        names=_translate.SymbolNames(request.axis_names.symbol_renames(decomposed)),
+        names=_translate.SymbolNames(state.renames),
         root_class=record.model_class,
     )
     _passes.finalize(model)

@@ -670,10 +670,10 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 # --------------------------------------------------------------------- program level
 def _check_float4_opset(program: torch.export.ExportedProgram, opset: int) -> None:
-    if opset >= _dtypes.FLOAT4_OPSET:
-        return
+    # The opset is compared only for a program that holds float4: other programs translate
+    # alike at every opset (exporter._translation_reuse records each comparison).
     for node in program.graph.nodes:
-        if _is_float4(node):
+        if _is_float4(node) and opset < _dtypes.FLOAT4_OPSET:
             raise _dtypes.UnsupportedDtypeError(
                 f"FX value {node.name} is a torch.float4_e2m1fn_x2 tensor, and ONNX has "
                 f"FLOAT4E2M1 from opset {_dtypes.FLOAT4_OPSET} on; opset_version={opset} "

@@ -192,7 +192,8 @@ def typed_like(outputs: Any, like: ir.Value) -> Any:
 def has_kernel(op_type: str, dtype: torch.dtype | None = None, *, opset: int | None = None) -> bool:
     """Whether onnxruntime's CPU provider runs ``op_type`` on ``dtype`` values as they are (any
     dtype when None), in a model of default-domain ``opset`` (any opset when None)."""
-    if opset is not None and opset >= NO_KERNEL_FROM.get(op_type, opset + 1):
+    # (no arithmetic on the opset: exporter._translation_reuse replays its comparisons only)
+    if opset is not None and op_type in NO_KERNEL_FROM and opset >= NO_KERNEL_FROM[op_type]:
         return False
     if dtype is None:
         return True

@@ -59,6 +59,10 @@ class Registry:
     def targets(self) -> frozenset[Target]:
         return frozenset(self._table)
 
+    def has_custom(self) -> bool:
+        """Whether any translation came from ``custom_translation_table`` or ``register``."""
+        return any(translation.custom for translation in self._table.values())
+
     def copy(self) -> Registry:
         new = Registry()
         new._table = dict(self._table)

@@ -1,0 +1,331 @@
+"""One translation, several opsets: an export under a ``capture_key`` keeps what translation and
+optimization made of the kept capture, with every choice they made by the opset, and an export
+at another opset that would make each of those choices the same way takes a copy of it instead
+of translating again (``exporter._capture_cache``).
+
+What the model depends on, besides the capture and the request, is the opset, and the export
+reads it in three ways, each recorded while translation and optimization run:
+
+- **comparisons**: the opset is a :class:`TrackedOpset`, an ``int`` that notes every comparison
+  made with it (``ctx.has("Gelu")`` is ``opset >= 20``; onnxscript's folder picks its evaluators
+  by comparing versions, onnx's reference implementation too). Another opset makes the same
+  choice when each comparison gives the same answer for it.
+- **schemas**: ONNX's schema lookups (``onnx.defs.get_schema``, which onnxscript's shape
+  inference and onnx_ir's removal of unused optional outputs call with the model's opset) are
+  noted with the schema found. Another opset finds the same one, or one that differs only in
+  the types it allows more of: same inputs, outputs, attributes with their defaults, and the
+  same documentation (:func:`same_meaning`). ONNX versions an operator whenever its schema
+  changes, types included; most versions between 18 and 26 only add types.
+- **anything else** (hashing it, arithmetic, printing it) makes the translation one that is
+  never reused: what it did with the number cannot be replayed.
+
+A fusion whose rules cannot match the graph (no node of an op type any rule starts from) asks
+for the opset without recording it: its answer changes nothing (``exporter._fusions``).
+
+A copy is the kept model cloned (tensors shared, as onnx_ir's clone does) with the opset
+imports set to the new opset; the export's last step (input and output names, metadata) then
+runs on it as on a fresh translation. Exports reused this way equal fresh ones byte for byte
+(``tests/exporter/test_translation_reuse.py``, over op samples at opsets 18, 20, 23 and 26).
+Not reused: exports with custom translations, or weights without data, and opsets below the op
+library's oldest (they are converted down after translation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import onnx
+import onnx.defs
+import onnx_ir as ir
+
+#: Translations kept per capture: a case's opsets are few, and those that choose differently
+#: each keep their own.
+KEPT_PER_CAPTURE = 4
+
+
+class OpsetChoices:
+    """What an export read of its opset: comparisons and schema lookups, in order, or the
+    reason it cannot be replayed."""
+
+    def __init__(self) -> None:
+        self.compared: list[tuple[str, Any, bool]] = []
+        self.schemas: dict[tuple[str, str], int | None] = {}
+        self.opaque: str | None = None
+
+    def holds_at(self, opset: int) -> bool:
+        """Whether an export at ``opset`` makes every recorded choice the same way."""
+        if self.opaque is not None:
+            return False
+        for name, other, answer in self.compared:
+            operand = opset if other is SELF else other
+            if getattr(int, name)(opset, operand) is not answer:
+                return False
+        return all(
+            same_meaning(op_type, domain, since, opset)
+            for (op_type, domain), since in self.schemas.items()
+        )
+
+
+#: The operand of a comparison of the opset with itself (or with another tracked opset).
+SELF = object()
+
+
+def _compare(name: str):
+    plain = getattr(int, name)
+
+    def compare(self, other):
+        answer = plain(self, other)
+        if answer is not NotImplemented:
+            self.choices.compared.append(
+                (name, SELF if isinstance(other, TrackedOpset) else other, answer)
+            )
+        return answer
+
+    compare.__name__ = name
+    return compare
+
+
+def _opaque(name: str):
+    plain = getattr(int, name)
+
+    def use(self, *args):
+        if self.choices.opaque is None:
+            self.choices.opaque = name
+        return plain(self, *args)
+
+    use.__name__ = name
+    return use
+
+
+class TrackedOpset(int):
+    """An opset number that notes what is done with it into its :class:`OpsetChoices`.
+    ``int(opset)`` (and the C code of onnx and protobuf, which read the number directly) is
+    not noted: :func:`plain` gives the number to ask something that changes nothing."""
+
+    choices: OpsetChoices
+
+    def __new__(cls, value: int, choices: OpsetChoices) -> TrackedOpset:
+        tracked = super().__new__(cls, value)
+        tracked.choices = choices
+        return tracked
+
+    __lt__ = _compare("__lt__")
+    __le__ = _compare("__le__")
+    __gt__ = _compare("__gt__")
+    __ge__ = _compare("__ge__")
+    __eq__ = _compare("__eq__")
+    __ne__ = _compare("__ne__")
+    __hash__ = _opaque("__hash__")
+    __bool__ = _opaque("__bool__")
+    __str__ = _opaque("__str__")
+    __repr__ = _opaque("__repr__")
+    __format__ = _opaque("__format__")
+    for _name in (
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+        "__rfloordiv__", "__truediv__", "__rtruediv__", "__mod__", "__rmod__", "__neg__",
+        "__pow__", "__and__", "__or__", "__xor__", "__lshift__", "__rshift__",
+    ):  # fmt: skip
+        locals()[_name] = _opaque(_name)
+    del _name
+
+
+def plain(opset: int) -> int:
+    """The number itself, noting nothing: for a question whose answer changes nothing."""
+    return int.__int__(opset)
+
+
+# ------------------------------------------------------------------------------ schemas
+def _noting_get_schema(get_schema):
+    @functools.wraps(get_schema)
+    def noting(op_type, *args, **kwargs):
+        version = args[0] if args else kwargs.get("max_inclusive_version")
+        if not isinstance(version, TrackedOpset):
+            return get_schema(op_type, *args, **kwargs)
+        domain = args[1] if len(args) > 1 else kwargs.get("domain", "")
+        try:
+            schema = get_schema(op_type, *args, **kwargs)
+        except onnx.defs.SchemaError:
+            version.choices.schemas.setdefault((op_type, domain), None)
+            raise
+        version.choices.schemas.setdefault((op_type, domain), schema.since_version)
+        return schema
+
+    noting.noting_opset = True
+    return noting
+
+
+def note_schema_lookups() -> None:
+    """Make ``onnx.defs.get_schema`` note the lookups made with a :class:`TrackedOpset` (once,
+    for good: with any other version it is the function it wraps)."""
+    if not getattr(onnx.defs.get_schema, "noting_opset", False):
+        onnx.defs.get_schema = _noting_get_schema(onnx.defs.get_schema)
+
+
+def _schema(op_type: str, domain: str, opset: int):
+    try:
+        return onnx.defs.get_schema(op_type, plain(opset), domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@functools.cache
+def same_meaning(op_type: str, domain: str, since: int | None, opset: int) -> bool:
+    """Whether the schema ``op_type`` had where it was found at version ``since`` (None: not
+    found) means the same at ``opset``: the same version, or one that only allows more types
+    (inputs, outputs, attributes with their defaults and documentation all alike)."""
+    schema = _schema(op_type, domain, opset)
+    if schema is None or since is None:
+        return schema is None and since is None
+    if schema.since_version == since:
+        return True
+    before = onnx.defs.get_schema(op_type, since, domain)
+    new_types_only = NEW_TYPES_ONLY.get((domain, op_type), ())
+    if _signature(before, new_types_only) != _signature(schema, new_types_only):
+        return False
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    return all(
+        c.type_param_str in allowed and set(c.allowed_type_strs) <= allowed[c.type_param_str]
+        for c in before.type_constraints
+    )
+
+
+#: Operators whose later versions add attributes that ONNX documents as applying only to types
+#: those versions add (the documentation changes with them): a node of the older version's
+#: types means the same without them. Cast and CastLike: ``saturate`` (19) "only applies for
+#: float 8 conversion", ``round_mode`` (24) "only applies to casting to float8e8m0".
+NEW_TYPES_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "Cast"): ("saturate", "round_mode"),
+    ("", "CastLike"): ("saturate", "round_mode"),
+}
+
+
+def _signature(schema, new_types_only: tuple[str, ...] = ()) -> tuple:
+    """What a schema says besides its types: inputs, outputs, attributes with their defaults
+    (less ``new_types_only``), and its documentation (unless ``new_types_only`` names
+    attributes, whose documentation it changes)."""
+
+    def formals(params):
+        return tuple(
+            (p.name, str(p.option), p.is_homogeneous, p.min_arity, p.type_str) for p in params
+        )
+
+    attributes = tuple(
+        sorted(
+            (name, str(a.type), a.required, a.default_value.SerializeToString())
+            for name, a in schema.attributes.items()
+            if name not in new_types_only
+        )
+    )
+    return (
+        formals(schema.inputs),
+        formals(schema.outputs),
+        attributes,
+        schema.has_function,
+        schema.has_context_dependent_function,
+        None if new_types_only else schema.doc,
+    )
+
+
+# ------------------------------------------------------------------------- kept models
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """A translated (and optimized) model before the export's last step, the opset it was
+    made at, what it chose by that opset and what else it depended on."""
+
+    opset: int
+    choices: OpsetChoices
+    depends_on: tuple
+    model: ir.Model
+
+
+def untrack(model: ir.Model) -> bool:
+    """Put plain numbers in place of tracked opsets in the model's opset imports; whether no
+    tracked number is left anywhere else in it (an attribute made of one, say)."""
+    for graph_like in (model.graph, *model.functions.values()):
+        for domain, version in list(graph_like.opset_imports.items()):
+            if isinstance(version, TrackedOpset):
+                graph_like.opset_imports[domain] = plain(version)
+    graphs = [model.graph, *model.functions.values()]
+    while graphs:
+        for node in graphs.pop():
+            for attr in node.attributes.values():
+                value = getattr(attr, "value", None)
+                if isinstance(value, TrackedOpset) or (
+                    isinstance(value, (list, tuple))
+                    and any(isinstance(v, TrackedOpset) for v in value)
+                ):
+                    return False
+                if isinstance(value, ir.Graph):
+                    graphs.append(value)
+                elif isinstance(value, (list, tuple)):
+                    graphs.extend(v for v in value if isinstance(v, ir.Graph))
+    return True
+
+
+def keep(
+    translations: list[Translation], opset: int, choices: OpsetChoices, depends_on, model
+) -> None:
+    """Keep a copy of ``model`` (made at ``opset`` with ``choices``) for other opsets; the
+    model itself is left with plain opset numbers either way."""
+    clean = untrack(model)
+    if choices.opaque is not None or not clean or not _at_one_opset(model, opset):
+        return
+    if len(translations) >= KEPT_PER_CAPTURE:
+        del translations[0]
+    translations.append(Translation(plain(opset), choices, depends_on, _clone(model)))
+
+
+def _at_one_opset(model: ir.Model, opset: int) -> bool:
+    """Whether the graph and every function import the default domain at ``opset`` (what
+    :func:`copy_at` sets for another opset)."""
+    return all(
+        graph_like.opset_imports.get("", opset) == plain(opset)
+        for graph_like in (model.graph, *model.functions.values())
+    )
+
+
+def find(translations: list[Translation], opset: int, depends_on) -> Translation | None:
+    """A kept translation that an export at ``opset`` would make alike, if any."""
+    for translation in translations:
+        if translation.depends_on == depends_on and translation.choices.holds_at(opset):
+            return translation
+    return None
+
+
+def copy_at(translation: Translation, opset: int) -> ir.Model:
+    """The kept model cloned, at ``opset``."""
+    model = _clone(translation.model)
+    for graph_like in (model.graph, *model.functions.values()):
+        if "" in graph_like.opset_imports:
+            graph_like.opset_imports[""] = plain(opset)
+    return model
+
+
+def _clone(model: ir.Model) -> ir.Model:
+    """onnx_ir's clone of ``model``, each graph's naming state copied too: a node or value
+    added later (the export's last step adds some) is named as it would be in ``model``."""
+    clone = model.clone()
+    pairs = [(model.graph, clone.graph)]
+    pairs += [
+        (f.graph, g.graph) for f, g in zip(model.functions.values(), clone.functions.values())
+    ]
+    while pairs:
+        original, copy = pairs.pop()
+        _copy_naming(original, copy)
+        for node, twin in zip(original, copy):
+            for name, attr in node.attributes.items():
+                value = getattr(attr, "value", None)
+                if isinstance(value, ir.Graph):
+                    pairs.append((value, twin.attributes[name].value))
+                elif isinstance(value, (list, tuple)) and value and isinstance(value[0], ir.Graph):
+                    pairs.extend(zip(value, twin.attributes[name].value))
+    return clone
+
+
+def _copy_naming(original: ir.Graph, copy: ir.Graph) -> None:
+    source, target = original._name_authority, copy._name_authority
+    target._value_counter, target._node_counter = source._value_counter, source._node_counter
+    target._value_names = set(source._value_names)
+    target._node_names = set(source._node_names)
