@@ -113,6 +113,9 @@ def test_schema_lookups_are_noted_and_replayed():
         ("Constant", 13, 20, True),  # 19 adds float8 types
         ("Cast", 13, 20, True),  # saturate applies to float8 targets only
         ("Cast", 19, 18, False),  # the older version allows fewer types
+        ("Cast", 13, 26, True),  # 19, 21, 23, 24, 25: each step reviewed or types only
+        ("ReduceMax", 18, 20, True),  # bool added, and a sentence on bool
+        ("ReduceMax", 20, 18, False),
         ("GridSample", 16, 20, False),  # mode values renamed, default changed
         ("DFT", 17, 20, False),  # axis moved from an attribute to an input
         ("AveragePool", 19, 23, False),  # its documentation changed (ceil_mode's output size)

@@ -173,38 +173,66 @@ def _schema(op_type: str, domain: str, opset: int):
 @functools.cache
 def same_meaning(op_type: str, domain: str, since: int | None, opset: int) -> bool:
     """Whether the schema ``op_type`` had where it was found at version ``since`` (None: not
-    found) means the same at ``opset``: the same version, or one that only allows more types
-    (inputs, outputs, attributes with their defaults and documentation all alike)."""
+    found) means the same at ``opset``: the same version, or, at a later opset, each version
+    on the way only allowing more types, with the same inputs, outputs, attributes (defaults
+    included) and documentation, or with the differences :data:`NEW_TYPES_ONLY` lists."""
     schema = _schema(op_type, domain, opset)
     if schema is None or since is None:
         return schema is None and since is None
     if schema.since_version == since:
         return True
+    if schema.since_version < since:
+        return False  # an older version allows no more types
     before = onnx.defs.get_schema(op_type, since, domain)
-    new_types_only = NEW_TYPES_ONLY.get((domain, op_type), ())
-    if _signature(before, new_types_only) != _signature(schema, new_types_only):
-        return False
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    while before.since_version < schema.since_version:
+        after = onnx.defs.get_schema(op_type, _next_version(op_type, domain, before), domain)
+        reviewed = NEW_TYPES_ONLY.get((domain, op_type, before.since_version, after.since_version))
+        ignored = () if reviewed is None else reviewed[0]
+        if _signature(before, ignored, reviewed is None) != _signature(
+            after, ignored, reviewed is None
+        ) or not _wider(before, after):
+            return False
+        before = after
+    return True
+
+
+def _next_version(op_type: str, domain: str, schema) -> int:
+    """The first opset past ``schema``'s version where ``op_type`` has a newer version."""
+    opset = schema.since_version + 1
+    while onnx.defs.get_schema(op_type, opset, domain).since_version == schema.since_version:
+        opset += 1
+    return opset
+
+
+def _wider(before, after) -> bool:
+    """Whether ``after`` allows every type ``before`` allows, for each type parameter."""
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in after.type_constraints}
     return all(
         c.type_param_str in allowed and set(c.allowed_type_strs) <= allowed[c.type_param_str]
         for c in before.type_constraints
     )
 
 
-#: Operators whose later versions add attributes that ONNX documents as applying only to types
-#: those versions add (the documentation changes with them): a node of the older version's
-#: types means the same without them. Cast and CastLike: ``saturate`` (19) "only applies for
-#: float 8 conversion", ``round_mode`` (24) "only applies to casting to float8e8m0".
-NEW_TYPES_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
-    ("", "Cast"): ("saturate", "round_mode"),
-    ("", "CastLike"): ("saturate", "round_mode"),
+#: Version steps of operators whose attributes and documentation change only for the types the
+#: newer version adds, as reviewed here from ONNX's own text: (domain, op, from, to) -> (the
+#: attributes added, what the documentation adds). A node of the older version's types means
+#: the same without them.
+NEW_TYPES_ONLY: dict[tuple[str, str, int, int], tuple[tuple[str, ...], str]] = {
+    ("", "Cast", 13, 19): (("saturate",), "saturate 'only applies for float 8 conversion'"),
+    ("", "Cast", 23, 24): (
+        ("round_mode",),
+        "round_mode 'only applies to casting to float8e8m0'; float8 Inf rows",
+    ),
+    ("", "CastLike", 15, 19): (("saturate",), "as Cast 19"),
+    ("", "CastLike", 23, 24): (("round_mode",), "as Cast 24"),
+    ("", "ReduceMax", 18, 20): ((), "bool added: 'False < True'"),
+    ("", "ReduceMin", 18, 20): ((), "bool added: 'False < True'"),
 }
 
 
-def _signature(schema, new_types_only: tuple[str, ...] = ()) -> tuple:
+def _signature(schema, ignored: tuple[str, ...] = (), with_doc: bool = True) -> tuple:
     """What a schema says besides its types: inputs, outputs, attributes with their defaults
-    (less ``new_types_only``), and its documentation (unless ``new_types_only`` names
-    attributes, whose documentation it changes)."""
+    (less ``ignored``), and its documentation (``with_doc``)."""
 
     def formals(params):
         return tuple(
@@ -215,7 +243,7 @@ def _signature(schema, new_types_only: tuple[str, ...] = ()) -> tuple:
         sorted(
             (name, str(a.type), a.required, a.default_value.SerializeToString())
             for name, a in schema.attributes.items()
-            if name not in new_types_only
+            if name not in ignored
         )
     )
     return (
@@ -224,7 +252,7 @@ def _signature(schema, new_types_only: tuple[str, ...] = ()) -> tuple:
         attributes,
         schema.has_function,
         schema.has_context_dependent_function,
-        None if new_types_only else schema.doc,
+        schema.doc if with_doc else None,
     )
 
 
