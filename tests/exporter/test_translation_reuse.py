@@ -3,6 +3,7 @@ every opset-dependent choice the same way, and the model equals a fresh export b
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
 
@@ -124,3 +125,26 @@ def test_schema_lookups_are_noted_and_replayed():
 )
 def test_same_meaning(op_type, since, opset, same):
     assert reuse.same_meaning(op_type, "", since, opset) is same
+
+
+def test_a_reused_program_reads_and_runs_as_a_fresh_one(tmp_path):
+    """A reused export is kept serialized until its model is read: every way to read it gives
+    what the fresh export gives, and changes to its model are what it saves."""
+    from torch_onnx_conformance.exporter._translate import FX_VALUES_KEY
+
+    torch.manual_seed(0)
+    module, x = Mlp().eval(), torch.randn(3, 6)
+    cache = CaptureCache()
+    _export(module, x, 18, cache)
+    reused, fresh = _export(module, x, 20, cache), _export(module, x, 20)
+    assert _reused(reused)
+    assert reused.model_proto == fresh.model_proto
+    torch.testing.assert_close(reused(x), fresh(x), rtol=0, atol=0)
+    assert reused.model.graph.meta[FX_VALUES_KEY] == fresh.model.graph.meta[FX_VALUES_KEY]
+    assert [n.op_type for n in reused.model.graph] == [n.op_type for n in fresh.model.graph]
+    reused.model.graph.outputs[0].name = "renamed"
+    assert reused.model_proto.graph.output[0].name == "renamed"
+    reused.save(tmp_path / "reused.onnx")
+    saved = onnx.load(tmp_path / "reused.onnx")
+    assert saved.graph.output[0].name == "renamed"
+    assert saved.opset_import == fresh.model_proto.opset_import

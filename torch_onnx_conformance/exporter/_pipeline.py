@@ -100,7 +100,7 @@ def run(
     kept under it once decomposition succeeded (``exporter._capture_cache``); so is their
     failure, which a later export under the key raises again."""
     state = ExportState()
-    steps, signature, entry, reused = STEPS, None, None, False
+    steps, signature, entry, choices = STEPS, None, None, None
     if reuse is not None:
         signature = _capture_cache.signature(request)
         kept = reuse[0].get(reuse[1], signature)
@@ -114,11 +114,11 @@ def run(
     notes_before, errors_before = len(record.notes), len(record.errors)
     for step in steps:
         if step.stage is Stage.TRANSLATION and entry is not None:
-            reused = _translation_kept(request, state, record, entry)
-        elif step.stage is None and entry is not None and not reused:
-            _keep_translation(request, state, record, entry)
-        if reused and step.stage in TRANSLATION_STAGES:
-            continue
+            program = _translation_kept(request, state, record, entry)
+            if program is not None:
+                return program
+        elif step.stage is None:
+            choices = _untracked(state)
         try:  # inline, not a helper: a step's warnings count the frames up to the caller
             if step.skip is not None and step.skip(request):
                 assert step.stage is not None, "only a stage can be skipped"
@@ -146,12 +146,15 @@ def run(
             entry = _kept(state, record, signature, notes_before, errors_before)
             reuse[0].put(reuse[1], entry)
     assert state.program is not None
+    if choices is not None:
+        depends_on = _translation_depends_on(request, state, record)
+        _translation_reuse.keep(entry.translations, choices, depends_on, state.program)
     return state.program
 
 
 #: The stages a capture kept by ``exporter._capture_cache`` stands for.
 CAPTURE_STAGES = (Stage.CAPTURE, Stage.DECOMPOSITION)
-#: The stages a translation kept by ``exporter._translation_reuse`` stands for.
+#: The stages a translation kept by ``exporter._translation_reuse`` stands for (and finish).
 TRANSLATION_STAGES = (Stage.TRANSLATION, Stage.OPTIMIZE)
 #: The record's fields those stages set, besides their status, timing, notes and errors.
 _CAPTURE_RECORD_FIELDS = (
@@ -232,13 +235,13 @@ def _restore(
 
 def _translation_kept(
     request: ExportRequest, state: ExportState, record: ExportRecord, entry
-) -> bool:
-    """Before translating a kept capture: take a translation kept at another opset that this
-    opset would make alike (``exporter._translation_reuse``), standing for the translation
-    and optimize stages, and return True; otherwise have translation track its opset, so that
-    what it makes is kept in turn, and return False."""
+) -> ONNXProgram | None:
+    """Before translating a kept capture: the program of an export kept at another opset that
+    this opset would make alike (``exporter._translation_reuse``), at this opset, standing for
+    translation, optimize and finish; otherwise None, and translation tracks its opset, so
+    that what it makes is kept in turn."""
     if request.opset < _opsets.MIN_OPSET or request.registry.has_custom():
-        return False
+        return None
     state.renames = request.axis_names.symbol_renames(state.decomposed)
     depends_on = _translation_depends_on(request, state, record)
     kept = _translation_reuse.find(entry.translations, request.opset, depends_on)
@@ -246,8 +249,7 @@ def _translation_kept(
         _translation_reuse.note_schema_lookups()
         choices = _translation_reuse.OpsetChoices()
         state.opset = _translation_reuse.TrackedOpset(request.opset, choices)
-        return False
-    state.model = record.model = _translation_reuse.copy_at(kept, request.opset)
+        return None
     for stage in TRANSLATION_STAGES:
         skipped = stage is Stage.OPTIMIZE and _not_optimized(request)
         record.status[stage.value] = "skipped" if skipped else "ok"
@@ -259,41 +261,40 @@ def _translation_kept(
     )
     record.notes.append(note)
     request.say(note)
-    _translated(request, state, record)
-    return True
+    graph_meta = {_translate.FX_VALUES_KEY: dict(kept.fx_values)}
+    data = _translation_reuse.copy_at(kept, request.opset)
+    return ONNXProgram.from_serialized(data, graph_meta, state.decomposed, record=record)
 
 
 def _translation_depends_on(
     request: ExportRequest, state: ExportState, record: ExportRecord
 ) -> tuple:
-    """What translation and optimization read besides the capture and the opset."""
+    """What translation, optimize and finish read besides the capture and the opset."""
+    output_names = request.output_names
     return (
         request.metadata,
         request.optimize,
         record.model_class,
         state.narrowed,
         tuple(sorted(state.renames.items())),
+        None if request.input_names is None else tuple(request.input_names),
+        output_names
+        if output_names is None or isinstance(output_names, str)
+        else tuple(output_names),
     )
 
 
-def _keep_translation(
-    request: ExportRequest, state: ExportState, record: ExportRecord, entry
-) -> None:
-    """After a tracked translation (and optimize): keep it for other opsets, unless the
-    program has weights without data (their buffers are computed per export)."""
+def _untracked(state: ExportState) -> _translation_reuse.OpsetChoices | None:
+    """After a tracked translation (and optimize), before finish: the model's opset numbers
+    plain again, and the choices to keep its export by, unless it cannot be kept (weights
+    without data, whose buffers each export computes, or a tracked number left in it)."""
     if not isinstance(state.opset, _translation_reuse.TrackedOpset):
-        return
+        return None
     tracked, state.opset = state.opset, None
-    if state.program is None or state.program.meta_weights():
-        _translation_reuse.untrack(state.model)
-        return
-    _translation_reuse.keep(
-        entry.translations,
-        tracked,
-        tracked.choices,
-        _translation_depends_on(request, state, record),
-        state.model,
-    )
+    clean = _translation_reuse.untrack(state.model)
+    if not clean or state.program is None or state.program.meta_weights():
+        return None
+    return tracked.choices
 
 
 # Warnings raised by a step's functions point at export()'s caller: the function, run(),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import torch
 from torch.utils import _pytree as pytree
@@ -22,7 +23,7 @@ from torch_onnx_conformance.exporter import _dtypes
 EXTERNAL_DATA_THRESHOLD = 1024
 
 
-def _initializer_bytes(model: ir.Model) -> int:
+def initializer_bytes(model: ir.Model) -> int:
     return sum(
         v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None
     )
@@ -56,7 +57,7 @@ def serialized_size_estimate(model: ir.Model) -> int:
 
 
 def fits_one_protobuf(model: ir.Model) -> bool:
-    if _initializer_bytes(model) < PROTOBUF_LIMIT_BYTES // 2:
+    if initializer_bytes(model) < PROTOBUF_LIMIT_BYTES // 2:
         return True  # no graph is a GiB without its weights: skip serializing it
     # a margin for the estimate's slack: near the limit external data is the safe choice
     return serialized_size_estimate(model) < PROTOBUF_LIMIT_BYTES - 16 * 1024 * 1024
@@ -214,7 +215,10 @@ class ONNXProgram:
         *,
         record: Any = None,
     ) -> None:
-        self.model: ir.Model = model
+        self._model: ir.Model | None = model
+        #: the model serialized, standing for ``model`` until it is first read
+        #: (:meth:`from_serialized`), and the graph meta that serializing drops
+        self._serialized: tuple[bytes, dict[str, Any]] | None = None
         self.exported_program = exported_program
         self.record = record  #: exporter._record.ExportRecord of the export that made it
         self.verification: Any = None
@@ -222,6 +226,37 @@ class ONNXProgram:
         self._session: Any = None
         self._tempdir: tempfile.TemporaryDirectory | None = None
         self._session_factory: Callable[[Any], Any] = _default_session
+
+    @classmethod
+    def from_serialized(
+        cls,
+        data: bytes,
+        graph_meta: dict[str, Any],
+        exported_program: torch.export.ExportedProgram | None,
+        *,
+        record: Any = None,
+    ) -> ONNXProgram:
+        """A program whose model is ``data`` (a serialized ModelProto): ``model_proto`` parses
+        it as it is, and ``model`` deserializes it the first time it is read, with
+        ``graph_meta`` set on its graph (an export reused at another opset,
+        ``exporter._translation_reuse``)."""
+        program = cls(None, exported_program, record=record)
+        program._serialized = (data, graph_meta)
+        return program
+
+    @property
+    def model(self) -> ir.Model:
+        """The model (onnx_ir); changes to it are what ``model_proto`` and ``save`` write."""
+        if self._model is None and self._serialized is not None:
+            data, graph_meta = self._serialized
+            model = ir.serde.deserialize_model(onnx.ModelProto.FromString(data))
+            model.graph.meta.update(graph_meta)
+            self._model, self._serialized = model, None
+        return self._model
+
+    @model.setter
+    def model(self, model: ir.Model) -> None:
+        self._model, self._serialized = model, None
 
     def __repr__(self) -> str:
         return f"ONNXProgram(\n  model=\n{self.model}\n)"
@@ -242,6 +277,8 @@ class ONNXProgram:
     @property
     def model_proto(self):
         """A fresh ``onnx.ModelProto`` of the current model."""
+        if self._model is None and self._serialized is not None:
+            return onnx.ModelProto.FromString(self._serialized[0])
         return ir.serde.serialize_model(self.model)
 
     # ------------------------------------------------------------------ save

@@ -22,12 +22,14 @@ reads it in three ways, each recorded while translation and optimization run:
 A fusion whose rules cannot match the graph (no node of an op type any rule starts from) asks
 for the opset without recording it: its answer changes nothing (``exporter._fusions``).
 
-A copy is the kept model cloned (tensors shared, as onnx_ir's clone does) with the opset
-imports set to the new opset; the export's last step (input and output names, metadata) then
-runs on it as on a fresh translation. Exports reused this way equal fresh ones byte for byte
+What is kept is the model an export handed back, serialized, with the graph's FX value map;
+a reuse is that model with the opset imports set to its own opset, parsed only when asked for
+(``ONNXProgram.from_serialized``: ``model_proto`` parses the bytes, ``model`` deserializes
+them the first time it is read). Exports reused this way equal fresh ones byte for byte
 (``tests/exporter/test_translation_reuse.py``, over op samples at opsets 18, 20, 23 and 26).
-Not reused: exports with custom translations, or weights without data, and opsets below the op
-library's oldest (they are converted down after translation).
+Not reused: exports with custom translations, weights without data or more than
+``KEEP_WEIGHT_BYTES`` of weights, and opsets below the op library's oldest (they are converted
+down after translation).
 """
 
 from __future__ import annotations
@@ -259,13 +261,19 @@ def _signature(schema, ignored: tuple[str, ...] = (), with_doc: bool = True) -> 
 # ------------------------------------------------------------------------- kept models
 @dataclasses.dataclass(frozen=True)
 class Translation:
-    """A translated (and optimized) model before the export's last step, the opset it was
-    made at, what it chose by that opset and what else it depended on."""
+    """An export's model as it handed it back (serialized), the opset it was made at, what it
+    chose by that opset and what else it depended on."""
 
     opset: int
     choices: OpsetChoices
     depends_on: tuple
-    model: ir.Model
+    proto: bytes
+    #: the graph's FX node -> ONNX value map (``_translate.FX_VALUES_KEY``), not serialized
+    fx_values: dict
+
+
+#: Models whose weights take more than this are not kept (the copy is a serialized model).
+KEEP_WEIGHT_BYTES = 64 * 2**20
 
 
 def untrack(model: ir.Model) -> bool:
@@ -292,17 +300,23 @@ def untrack(model: ir.Model) -> bool:
     return True
 
 
-def keep(
-    translations: list[Translation], opset: int, choices: OpsetChoices, depends_on, model
-) -> None:
-    """Keep a copy of ``model`` (made at ``opset`` with ``choices``) for other opsets; the
-    model itself is left with plain opset numbers either way."""
-    clean = untrack(model)
-    if choices.opaque is not None or not clean or not _at_one_opset(model, opset):
+def keep(translations: list[Translation], choices: OpsetChoices, depends_on, program) -> None:
+    """Keep ``program`` (an export made with ``choices``, its opset numbers plain again:
+    :func:`untrack`) for other opsets, unless its weights are large."""
+    from torch_onnx_conformance.exporter._program import initializer_bytes
+    from torch_onnx_conformance.exporter._translate import FX_VALUES_KEY
+
+    model = program.model
+    opset = model.opset_imports.get("")
+    if choices.opaque is not None or opset is None or not _at_one_opset(model, opset):
+        return
+    if initializer_bytes(model) > KEEP_WEIGHT_BYTES:
         return
     if len(translations) >= KEPT_PER_CAPTURE:
         del translations[0]
-    translations.append(Translation(plain(opset), choices, depends_on, _clone(model)))
+    proto = program.model_proto.SerializeToString()
+    fx_values = dict(model.graph.meta.get(FX_VALUES_KEY) or {})
+    translations.append(Translation(plain(opset), choices, depends_on, proto, fx_values))
 
 
 def _at_one_opset(model: ir.Model, opset: int) -> bool:
@@ -322,38 +336,11 @@ def find(translations: list[Translation], opset: int, depends_on) -> Translation
     return None
 
 
-def copy_at(translation: Translation, opset: int) -> ir.Model:
-    """The kept model cloned, at ``opset``."""
-    model = _clone(translation.model)
-    for graph_like in (model.graph, *model.functions.values()):
-        if "" in graph_like.opset_imports:
-            graph_like.opset_imports[""] = plain(opset)
-    return model
-
-
-def _clone(model: ir.Model) -> ir.Model:
-    """onnx_ir's clone of ``model``, each graph's naming state copied too: a node or value
-    added later (the export's last step adds some) is named as it would be in ``model``."""
-    clone = model.clone()
-    pairs = [(model.graph, clone.graph)]
-    pairs += [
-        (f.graph, g.graph) for f, g in zip(model.functions.values(), clone.functions.values())
-    ]
-    while pairs:
-        original, copy = pairs.pop()
-        _copy_naming(original, copy)
-        for node, twin in zip(original, copy):
-            for name, attr in node.attributes.items():
-                value = getattr(attr, "value", None)
-                if isinstance(value, ir.Graph):
-                    pairs.append((value, twin.attributes[name].value))
-                elif isinstance(value, (list, tuple)) and value and isinstance(value[0], ir.Graph):
-                    pairs.extend(zip(value, twin.attributes[name].value))
-    return clone
-
-
-def _copy_naming(original: ir.Graph, copy: ir.Graph) -> None:
-    source, target = original._name_authority, copy._name_authority
-    target._value_counter, target._node_counter = source._value_counter, source._node_counter
-    target._value_names = set(source._value_names)
-    target._node_names = set(source._node_names)
+def copy_at(translation: Translation, opset: int) -> bytes:
+    """The kept model at ``opset``, serialized: the default domain's imports set to it."""
+    proto = onnx.ModelProto.FromString(translation.proto)
+    for imports in (proto.opset_import, *(f.opset_import for f in proto.functions)):
+        for entry in imports:
+            if entry.domain == "":
+                entry.version = plain(opset)
+    return proto.SerializeToString()

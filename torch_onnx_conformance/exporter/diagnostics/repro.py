@@ -112,9 +112,9 @@ def _write_model(folder: Path, model: Any) -> list[str]:
         path.write_bytes(model)
         return [i.name for i in onnx.load_model_from_string(model).graph.input]
     if isinstance(model, ir.Model):
-        from torch_onnx_conformance.exporter._program import _initializer_bytes
+        from torch_onnx_conformance.exporter._program import initializer_bytes
 
-        if _initializer_bytes(model) > EXTERNAL_DATA_BYTES:
+        if initializer_bytes(model) > EXTERNAL_DATA_BYTES:
             ir.save(model, path, external_data=MODEL_FILE + ".data")
         else:
             ir.save(model, path)
