@@ -18,7 +18,8 @@ and over the in-case CPU time alone (the latter is steadier on a loaded machine)
 
 Instead compares our exporter's run of the same ops at several opsets with its run at one of
 them alone (the default opset, 20, when listed), side by side: a case captures once for every opset (``exporter.CaptureCache``
-in each case process) and prepares once (its eager outputs and references,
+in each case process), translates once for every opset that makes the same opset-dependent
+choices (``exporter._translation_reuse``) and prepares once (its eager outputs and references,
 ``op_cases._prepare_shared``), so the goal is that 4 opsets cost at most 1.6x one. ``--uncached`` adds
 the several-opset run with the capture cache off (``CONFORMANCE_CAPTURE_CACHE=0``). The last
 line is the ratio, over the whole run's wall time and over the in-case CPU time.
