@@ -665,18 +665,22 @@ def _apply_where(opset: int, model: ir.Model, op_type: str, rule_sets, *, has: b
         if could and _would_change(model, rule_sets):
             _opsets.has(op_type, opset)  # noted: the choice matters
         return None
-    removes = could and any(rs.remove_unused_nodes for rs in rule_sets)
-    removes = removes and _passes.may_remove_unused(model)
+    removes = could and _cleanup_removes(model, rule_sets)
     counts = [rule_set.apply_to_model(model) for rule_set in rule_sets]
     if could and (removes or any(counts)):
         _opsets.has(op_type, opset)  # noted: the choice matters
     return counts[-1]
 
 
+def _cleanup_removes(model: ir.Model, rule_sets) -> bool:
+    """Whether a set's own removal of unused nodes would remove anything from ``model``."""
+    return any(rs.remove_unused_nodes for rs in rule_sets) and _passes.may_remove_unused(model)
+
+
 def _would_change(model: ir.Model, rule_sets) -> bool:
     """Whether applying ``rule_sets`` to ``model`` would rewrite or remove anything (tried
     on a copy)."""
-    if any(rs.remove_unused_nodes for rs in rule_sets) and _passes.may_remove_unused(model):
+    if _cleanup_removes(model, rule_sets):
         return True
     copy = model.clone()
     return any(rule_set.apply_to_model(copy) for rule_set in rule_sets)

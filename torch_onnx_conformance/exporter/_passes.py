@@ -527,9 +527,8 @@ def _local_rule_set_class() -> type:
             self.by_op_type = _RulesByOpType(self.rules)
 
         def may_change(self, model: ir.Model) -> bool:
-            """Whether applying the set could change ``model``."""
-            if self.triggers is not None and not _holds_any(model, self.triggers):
-                return self.remove_unused_nodes and may_remove_unused(model)
+            """Whether applying the set could change ``model``: some rule's needed op types
+            are all in it (a rule's trigger is among them), or its clean-up removes something."""
             present = _op_types(model)
             return any(need <= present for need in self.needs) or (
                 self.remove_unused_nodes and may_remove_unused(model)
@@ -646,7 +645,7 @@ def may_remove_unused(model: ir.Model) -> bool:
     opset = model.opset_imports.get("")
     opset = None if opset is None else _translation_reuse.plain(opset)
     outputs: dict[int, frozenset] = {}
-    for graph_like, node in _walk(model):
+    for graph_like, node in walk_nodes(model):
         if (node.inputs and node.inputs[-1] is None) or (
             node.outputs and not node.outputs[-1].name
         ):
@@ -684,7 +683,7 @@ def _drops(node: ir.Node, unused: list[int], opset: int | None) -> bool:
 def _holds_any(model: ir.Model, op_types: frozenset[tuple[str, str]]) -> bool:
     """Whether a node of the model, its subgraphs or functions is of one of ``op_types``
     ((domain, op type) pairs); stops at the first one."""
-    return any((node.domain, node.op_type) in op_types for _, node in _walk(model))
+    return any((node.domain, node.op_type) in op_types for _, node in walk_nodes(model))
 
 
 def _first_node(rule):
@@ -721,10 +720,10 @@ def _needs(rule) -> frozenset[tuple[str, str]]:
 
 def _op_types(model: ir.Model) -> frozenset[tuple[str, str]]:
     """The (domain, op type) pairs of the nodes of the model, its subgraphs and functions."""
-    return frozenset((node.domain, node.op_type) for _, node in _walk(model))
+    return frozenset((node.domain, node.op_type) for _, node in walk_nodes(model))
 
 
-def _walk(model: ir.Model) -> Iterator[tuple[ir.Graph | ir.Function, ir.Node]]:
+def walk_nodes(model: ir.Model) -> Iterator[tuple[ir.Graph | ir.Function, ir.Node]]:
     """Every node of the model, its functions and subgraphs, with the graph it is in. (A walk
     over the graphs' node lists: onnx_ir's RecursiveGraphIterator, a generator per node, cost
     more than the questions asked of it.)"""

@@ -12,15 +12,19 @@ reads it in three ways, each recorded while translation and optimization run:
   choice when each comparison gives the same answer for it.
 - **schemas**: ONNX's schema lookups (``onnx.defs.get_schema``, which onnxscript's shape
   inference and onnx_ir's removal of unused optional outputs call with the model's opset) are
-  noted with the schema found. Another opset finds the same one, or one that differs only in
-  the types it allows more of: same inputs, outputs, attributes with their defaults, and the
-  same documentation (:func:`same_meaning`). ONNX versions an operator whenever its schema
-  changes, types included; most versions between 18 and 26 only add types.
+  noted with the schema found. Another opset finds the same one, or a later one reached by
+  versions that each only allow more types, with the same inputs, outputs, attributes (their
+  defaults included) and documentation, or with differences reviewed to concern only the types
+  added (:func:`same_meaning`, :data:`NEW_TYPES_ONLY`). ONNX versions an operator whenever its
+  schema changes, types included; most versions between 18 and 26 only add types. The
+  constant folder notes the schema of every node it visits and reads the plain number.
 - **anything else** (hashing it, arithmetic, printing it) makes the translation one that is
   never reused: what it did with the number cannot be replayed.
 
-A fusion whose rules cannot match the graph (no node of an op type any rule starts from) asks
-for the opset without recording it: its answer changes nothing (``exporter._fusions``).
+A fusion asks for the opset without recording it where its answer changes nothing: its rules
+cannot match the graph (some op type each rule needs is missing) and its clean-up removes
+nothing, or they apply and rewrite nothing, or they do not apply and, tried on a copy, would
+not have (``exporter._fusions``).
 
 What is kept is the model an export handed back, serialized, with the graph's FX value map;
 a reuse is that model with the opset imports set to its own opset, parsed only when asked for
@@ -283,20 +287,14 @@ def untrack(model: ir.Model) -> bool:
         for domain, version in list(graph_like.opset_imports.items()):
             if isinstance(version, TrackedOpset):
                 graph_like.opset_imports[domain] = plain(version)
-    graphs = [model.graph, *model.functions.values()]
-    while graphs:
-        for node in graphs.pop():
-            for attr in node.attributes.values():
-                value = getattr(attr, "value", None)
-                if isinstance(value, TrackedOpset) or (
-                    isinstance(value, (list, tuple))
-                    and any(isinstance(v, TrackedOpset) for v in value)
-                ):
-                    return False
-                if isinstance(value, ir.Graph):
-                    graphs.append(value)
-                elif isinstance(value, (list, tuple)):
-                    graphs.extend(v for v in value if isinstance(v, ir.Graph))
+    from torch_onnx_conformance.exporter._passes import walk_nodes
+
+    for _, node in walk_nodes(model):
+        for attr in node.attributes.values():
+            value = getattr(attr, "value", None)
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            if any(isinstance(v, TrackedOpset) for v in values):
+                return False
     return True
 
 
